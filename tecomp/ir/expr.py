@@ -1,0 +1,487 @@
+"""Expression nodes of the IR.
+
+One frozen dataclass per node. Nodes compare and hash by identity (``eq=False``) because
+``==``/``<`` on expressions *build* IR (``te.if_then_else(i == 0, ...)``); structural equality is
+`tecomp.ir.structural_equal`. ``bool(expr)`` raises, so ``if a < b:`` on IR fails loudly instead
+of silently taking a branch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Union
+
+from ..errors import TecompError
+from . import dtype as dt
+
+if TYPE_CHECKING:
+    from .buffer import Buffer
+
+ExprLike = Union["Expr", int, float, bool]
+
+
+class Expr:
+    """Base of all expressions; carries ``dtype`` and the operator overloads."""
+
+    __slots__ = ()
+    dtype: str
+
+    def __bool__(self) -> bool:
+        raise TecompError(
+            f"cannot use the IR expression {self} as a Python bool; use te.if_then_else, "
+            "te.all/te.any, or compare with tecomp.ir.structural_equal"
+        )
+
+    # arithmetic -------------------------------------------------------------------------------
+    def __add__(self, o: ExprLike) -> Expr:
+        return binop(Add, self, o)
+
+    def __radd__(self, o: ExprLike) -> Expr:
+        return binop(Add, o, self)
+
+    def __sub__(self, o: ExprLike) -> Expr:
+        return binop(Sub, self, o)
+
+    def __rsub__(self, o: ExprLike) -> Expr:
+        return binop(Sub, o, self)
+
+    def __mul__(self, o: ExprLike) -> Expr:
+        return binop(Mul, self, o)
+
+    def __rmul__(self, o: ExprLike) -> Expr:
+        return binop(Mul, o, self)
+
+    def __truediv__(self, o: ExprLike) -> Expr:
+        return binop(Div, self, o)
+
+    def __rtruediv__(self, o: ExprLike) -> Expr:
+        return binop(Div, o, self)
+
+    def __floordiv__(self, o: ExprLike) -> Expr:
+        return binop(FloorDiv, self, o)
+
+    def __rfloordiv__(self, o: ExprLike) -> Expr:
+        return binop(FloorDiv, o, self)
+
+    def __mod__(self, o: ExprLike) -> Expr:
+        return binop(FloorMod, self, o)
+
+    def __rmod__(self, o: ExprLike) -> Expr:
+        return binop(FloorMod, o, self)
+
+    def __neg__(self) -> Expr:
+        return binop(Sub, const(0, self.dtype), self)
+
+    def __invert__(self) -> Expr:
+        if dt.is_bool(self.dtype):
+            return Not(self)
+        raise TecompError(f"~ is only defined on bool expressions, got {self.dtype}")
+
+    def __and__(self, o: ExprLike) -> Expr:
+        return And(as_bool(self), as_bool(to_expr(o)))
+
+    def __or__(self, o: ExprLike) -> Expr:
+        return Or(as_bool(self), as_bool(to_expr(o)))
+
+    # comparisons build IR ----------------------------------------------------------------------
+    def __lt__(self, o: ExprLike) -> Expr:
+        return cmpop(LT, self, o)
+
+    def __le__(self, o: ExprLike) -> Expr:
+        return cmpop(LE, self, o)
+
+    def __gt__(self, o: ExprLike) -> Expr:
+        return cmpop(GT, self, o)
+
+    def __ge__(self, o: ExprLike) -> Expr:
+        return cmpop(GE, self, o)
+
+    def __eq__(self, o: object) -> Expr:  # type: ignore[override]
+        return cmpop(EQ, self, o)  # type: ignore[arg-type]
+
+    def __ne__(self, o: object) -> Expr:  # type: ignore[override]
+        return cmpop(NE, self, o)  # type: ignore[arg-type]
+
+    __hash__ = object.__hash__
+
+    def astype(self, dtype: str) -> Expr:
+        """Cast to ``dtype`` (no-op when the dtype already matches)."""
+        d = dt.canonical(dtype)
+        if dt.lanes(self.dtype) > 1:
+            d = dt.with_lanes(d, dt.lanes(self.dtype))
+        return self if d == self.dtype else Cast(d, self)
+
+    def __str__(self) -> str:
+        from .printer import expr_str
+
+        return expr_str(self)
+
+    __repr__ = __str__
+
+
+# leaves -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class IntImm(Expr):
+    value: int
+    dtype: str = "int32"
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class FloatImm(Expr):
+    value: float
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class StringImm(Expr):
+    value: str
+    dtype: str = "handle"
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Var(Expr):
+    """A scalar variable; identity is the object, the name is only for printing."""
+
+    name: str
+    dtype: str = "int32"
+
+
+# arithmetic and logic -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class BinaryOp(Expr):
+    a: Expr
+    b: Expr
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", self.a.dtype)
+
+
+class Add(BinaryOp):
+    __slots__ = ()
+
+
+class Sub(BinaryOp):
+    __slots__ = ()
+
+
+class Mul(BinaryOp):
+    __slots__ = ()
+
+
+class Div(BinaryOp):
+    """True division for floats; truncating (C) division for integers."""
+
+    __slots__ = ()
+
+
+class FloorDiv(BinaryOp):
+    __slots__ = ()
+
+
+class FloorMod(BinaryOp):
+    __slots__ = ()
+
+
+class Min(BinaryOp):
+    __slots__ = ()
+
+
+class Max(BinaryOp):
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class CmpOp(Expr):
+    a: Expr
+    b: Expr
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", dt.with_lanes("bool", dt.lanes(self.a.dtype)))
+
+
+class EQ(CmpOp):
+    __slots__ = ()
+
+
+class NE(CmpOp):
+    __slots__ = ()
+
+
+class LT(CmpOp):
+    __slots__ = ()
+
+
+class LE(CmpOp):
+    __slots__ = ()
+
+
+class GT(CmpOp):
+    __slots__ = ()
+
+
+class GE(CmpOp):
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class And(Expr):
+    a: Expr
+    b: Expr
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", self.a.dtype)
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Or(Expr):
+    a: Expr
+    b: Expr
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", self.a.dtype)
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Not(Expr):
+    a: Expr
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", self.a.dtype)
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Select(Expr):
+    """``cond ? t : f`` where only the chosen side is evaluated (loads in the other are safe)."""
+
+    cond: Expr
+    t: Expr
+    f: Expr
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", self.t.dtype)
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Cast(Expr):
+    dtype: str
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Call(Expr):
+    """A pure intrinsic (``exp``, ``sqrt``...) or, with ``extern=True``, a C symbol."""
+
+    dtype: str
+    name: str
+    args: tuple[Expr, ...]
+    extern: bool = False
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Let(Expr):
+    var: Var
+    value: Expr
+    body: Expr
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", self.body.dtype)
+
+
+# vectors --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Ramp(Expr):
+    """The vector ``[base, base+stride, ..., base+(lanes-1)*stride]``."""
+
+    base: Expr
+    stride: Expr
+    lanes: int
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", dt.with_lanes(self.base.dtype, self.lanes))
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Broadcast(Expr):
+    value: Expr
+    lanes: int
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", dt.with_lanes(self.value.dtype, self.lanes))
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class VectorReduce(Expr):
+    """Horizontal reduction of a vector to a scalar (``op`` is "add", "mul", "min" or "max")."""
+
+    op: str
+    value: Expr
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", dt.element(self.value.dtype))
+
+
+# memory ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class BufferLoad(Expr):
+    """Read ``buffer[indices]``; after flattening there is one index. ``predicate`` masks lanes."""
+
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    dtype: str = field(default="")
+    predicate: Expr | None = None
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            n = max((dt.lanes(i.dtype) for i in self.indices), default=1)
+            object.__setattr__(self, "dtype", dt.with_lanes(self.buffer.dtype, n))
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class ProducerLoad(Expr):
+    """Read of a te.Tensor at the declaration level (``A[i, k]`` inside te.compute)."""
+
+    producer: Any  # te.Tensor; typed loosely to keep ir independent of te
+    indices: tuple[Expr, ...]
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", self.producer.dtype)
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Reduce(Expr):
+    """A commutative reduction over ``axis`` (te level only; lowering turns it into a loop)."""
+
+    combiner: Any  # te.CommReducer
+    source: tuple[Expr, ...]
+    axis: tuple[Any, ...]  # IterVars
+    condition: Expr
+    value_index: int
+    init: tuple[Expr, ...] = ()
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.dtype:
+            object.__setattr__(self, "dtype", self.source[self.value_index].dtype)
+
+
+# construction helpers -----------------------------------------------------------------------
+
+
+def const(value: int | float | bool, dtype: str | None = None) -> Expr:
+    """An immediate of ``dtype`` (inferred from the Python type when omitted)."""
+    if dtype is None:
+        if isinstance(value, bool):
+            dtype = "bool"
+        elif isinstance(value, int):
+            dtype = "int32" if -(2**31) <= value < 2**31 else "int64"
+        else:
+            dtype = "float32"
+    dtype = dt.canonical(dtype)
+    n = dt.lanes(dtype)
+    if n > 1:
+        return Broadcast(const(value, dt.element(dtype)), n)
+    if dt.is_float(dtype):
+        return FloatImm(float(value), dtype)
+    if dt.is_bool(dtype):
+        return IntImm(int(bool(value)), dtype)
+    return IntImm(int(value), dtype)
+
+
+def to_expr(v: object, like: str | None = None) -> Expr:
+    """Turn a Python scalar into an immediate; ``like`` gives the dtype of the other operand."""
+    if isinstance(v, Expr):
+        return v
+    if hasattr(v, "as_expr"):
+        return v.as_expr()  # type: ignore[no-any-return]  # IterVar, Tensor of rank 0
+    if isinstance(v, (bool, int, float)) or type(v).__module__ == "numpy":
+        pv = v.item() if hasattr(v, "item") else v  # numpy scalars
+        if like is not None and not dt.is_bool(like):
+            el = dt.element(like)
+            if isinstance(pv, float) and not dt.is_float(el):
+                return const(pv)
+            return const(pv, el)
+        return const(pv)  # type: ignore[arg-type]
+    raise TecompError(f"cannot use {v!r} of type {type(v).__name__} in an expression")
+
+
+def _rank(d: str) -> tuple[int, int]:
+    e = dt.element(d)
+    kind = 0 if e == "bool" else (2 if dt.is_float(e) else 1)
+    return kind, dt.bits(e)
+
+
+def promote(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    """Implicit conversion of mismatched operands: float beats int, wider beats narrower."""
+    if a.dtype == b.dtype:
+        return a, b
+    la, lb = dt.lanes(a.dtype), dt.lanes(b.dtype)
+    if la != lb:
+        if la == 1:
+            a = Broadcast(a, lb)
+        elif lb == 1:
+            b = Broadcast(b, la)
+        else:
+            raise TecompError(f"lane mismatch between {a.dtype} and {b.dtype}")
+        if a.dtype == b.dtype:
+            return a, b
+    target = a.dtype if _rank(a.dtype) >= _rank(b.dtype) else b.dtype
+    return (a if a.dtype == target else Cast(target, a)), (b if b.dtype == target else Cast(target, b))
+
+
+def binop(cls: type[BinaryOp], a: ExprLike, b: ExprLike) -> Expr:
+    ea = to_expr(a, b.dtype if isinstance(b, Expr) else None)
+    eb = to_expr(b, ea.dtype)
+    ea, eb = promote(ea, eb)
+    return cls(ea, eb)
+
+
+def cmpop(cls: type[CmpOp], a: ExprLike, b: ExprLike) -> Expr:
+    ea = to_expr(a, b.dtype if isinstance(b, Expr) else None)
+    eb = to_expr(b, ea.dtype)
+    ea, eb = promote(ea, eb)
+    return cls(ea, eb)
+
+
+def as_bool(e: Expr) -> Expr:
+    return e if dt.is_bool(e.dtype) else NE(e, const(0, e.dtype))
+
+
+def is_const_int(e: object, value: int | None = None) -> bool:
+    return isinstance(e, IntImm) and (value is None or e.value == value)
+
+
+def const_value(e: Expr) -> int | float | None:
+    """The Python value of an immediate, or None."""
+    if isinstance(e, (IntImm, FloatImm)):
+        return e.value
+    return None

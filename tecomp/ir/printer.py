@@ -1,0 +1,129 @@
+"""Human-readable text for expressions, statements and functions (what ``tc.lower`` prints)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import expr as E
+from . import stmt as S
+
+_BIN = {
+    E.Add: "+", E.Sub: "-", E.Mul: "*", E.Div: "/", E.FloorDiv: "//", E.FloorMod: "%",
+    E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">=",
+    E.And: "&&", E.Or: "||",
+}
+_PREC = {
+    E.Or: 1, E.And: 2, E.EQ: 3, E.NE: 3, E.LT: 4, E.LE: 4, E.GT: 4, E.GE: 4,
+    E.Add: 5, E.Sub: 5, E.Mul: 6, E.Div: 6, E.FloorDiv: 6, E.FloorMod: 6,
+}
+
+
+def _p(e: E.Expr, outer: int, right: bool = False) -> str:
+    s = expr_str(e)
+    prec = _PREC.get(type(e))
+    if prec is not None and (prec < outer or (right and prec == outer)):
+        return f"({s})"
+    return s
+
+
+def expr_str(e: E.Expr) -> str:
+    t = type(e)
+    if t is E.IntImm:
+        if e.dtype == "bool":  # type: ignore[attr-defined]
+            return "True" if e.value else "False"  # type: ignore[attr-defined]
+        suffix = "" if e.dtype in ("int32",) else f"i{e.dtype[3:]}" if e.dtype.startswith("int") else f"u{e.dtype[4:]}"
+        return f"{e.value}{suffix}"  # type: ignore[attr-defined]
+    if t is E.FloatImm:
+        suffix = "f" if e.dtype == "float32" else ("h" if e.dtype == "float16" else "")
+        return f"{e.value!r}{suffix}"  # type: ignore[attr-defined]
+    if t is E.StringImm:
+        return repr(e.value)  # type: ignore[attr-defined]
+    if t is E.Var:
+        return e.name  # type: ignore[attr-defined]
+    if t in _BIN:
+        prec = _PREC[t]
+        return f"{_p(e.a, prec)} {_BIN[t]} {_p(e.b, prec, right=True)}"  # type: ignore[attr-defined]
+    if t is E.Min or t is E.Max:
+        return f"{t.__name__.lower()}({expr_str(e.a)}, {expr_str(e.b)})"  # type: ignore[attr-defined]
+    if t is E.Not:
+        return f"!{_p(e.a, 9)}"  # type: ignore[attr-defined]
+    if t is E.Select:
+        return f"select({expr_str(e.cond)}, {expr_str(e.t)}, {expr_str(e.f)})"  # type: ignore[attr-defined]
+    if t is E.Cast:
+        return f"{e.dtype}({expr_str(e.value)})"  # type: ignore[attr-defined]
+    if t is E.Call:
+        args = ", ".join(expr_str(a) for a in e.args)  # type: ignore[attr-defined]
+        return f"{'@' if e.extern else ''}{e.name}({args})"  # type: ignore[attr-defined]
+    if t is E.Let:
+        return f"(let {e.var.name} = {expr_str(e.value)} in {expr_str(e.body)})"  # type: ignore[attr-defined]
+    if t is E.Ramp:
+        return f"ramp({expr_str(e.base)}, {expr_str(e.stride)}, {e.lanes})"  # type: ignore[attr-defined]
+    if t is E.Broadcast:
+        return f"x{e.lanes}({expr_str(e.value)})"  # type: ignore[attr-defined]
+    if t is E.VectorReduce:
+        return f"reduce_{e.op}({expr_str(e.value)})"  # type: ignore[attr-defined]
+    if t is E.BufferLoad:
+        idx = ", ".join(expr_str(i) for i in e.indices)  # type: ignore[attr-defined]
+        pred = f" if {expr_str(e.predicate)}" if e.predicate is not None else ""  # type: ignore[attr-defined]
+        return f"{e.buffer.name}[{idx}{pred}]"  # type: ignore[attr-defined]
+    if t is E.ProducerLoad:
+        idx = ", ".join(expr_str(i) for i in e.indices)  # type: ignore[attr-defined]
+        return f"{e.producer.name}[{idx}]"  # type: ignore[attr-defined]
+    if t is E.Reduce:
+        axes = ", ".join(str(a.var) for a in e.axis)  # type: ignore[attr-defined]
+        src = ", ".join(expr_str(s) for s in e.source)  # type: ignore[attr-defined]
+        return f"reduce({e.combiner.name}, [{src}], axis=[{axes}])"  # type: ignore[attr-defined]
+    return f"<{t.__name__}>"
+
+
+def _stmt(s: S.Stmt, ind: int, out: list[str]) -> None:
+    pad = "  " * ind
+    if isinstance(s, S.For):
+        ann = "".join(f" {k}={v}" for k, v in s.annotations)
+        head = s.kind.value
+        rng = f"{expr_str(s.min)}, {expr_str(s.extent)}" if not E.is_const_int(s.min, 0) else expr_str(s.extent)
+        out.append(f"{pad}{head} {s.var.name} in range({rng}){ann}:")
+        _stmt(s.body, ind + 1, out)
+    elif isinstance(s, S.BufferStore):
+        idx = ", ".join(expr_str(i) for i in s.indices)
+        pred = f" if {expr_str(s.predicate)}" if s.predicate is not None else ""
+        out.append(f"{pad}{s.buffer.name}[{idx}] = {expr_str(s.value)}{pred}")
+    elif isinstance(s, S.SeqStmt):
+        for x in s.seq:
+            _stmt(x, ind, out)
+    elif isinstance(s, S.IfThenElse):
+        out.append(f"{pad}if {expr_str(s.cond)}:")
+        _stmt(s.then_case, ind + 1, out)
+        if s.else_case is not None:
+            out.append(f"{pad}else:")
+            _stmt(s.else_case, ind + 1, out)
+    elif isinstance(s, S.Allocate):
+        b = s.buffer
+        shape = ", ".join(expr_str(x) for x in b.shape)
+        out.append(f"{pad}allocate {b.name}: {b.dtype}[{shape}] ({b.scope})")
+        _stmt(s.body, ind, out)
+    elif isinstance(s, S.LetStmt):
+        out.append(f"{pad}{s.var.name} = {expr_str(s.value)}")
+        _stmt(s.body, ind, out)
+    elif isinstance(s, S.Evaluate):
+        out.append(f"{pad}{expr_str(s.value)}")
+    elif isinstance(s, S.AttrStmt):
+        out.append(f"{pad}# {s.key} = {s.value}")
+        _stmt(s.body, ind, out)
+    else:
+        out.append(f"{pad}<{type(s).__name__}>")
+
+
+def stmt_str(s: S.Stmt, indent: int = 0) -> str:
+    out: list[str] = []
+    _stmt(s, indent, out)
+    return "\n".join(out)
+
+
+def func_str(f: Any) -> str:
+    params = []
+    for b in f.params:
+        shape = ", ".join(expr_str(x) for x in b.shape)
+        params.append(f"{b.name}: {b.dtype}[{shape}]")
+    head = f"def {f.name}({', '.join(params)}):"
+    return head + "\n" + stmt_str(f.body, 1)

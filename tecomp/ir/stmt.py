@@ -1,0 +1,130 @@
+"""Statement nodes of the loop-nest IR."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from .buffer import Buffer
+from .expr import Expr, Var
+
+
+class ForKind(enum.Enum):
+    SERIAL = "for"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+
+
+class Stmt:
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        from .printer import stmt_str
+
+        return stmt_str(self)
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class For(Stmt):
+    """``for var in [min, min + extent)``; ``annotations`` carries pragmas (e.g. auto-unroll)."""
+
+    var: Var
+    min: Expr
+    extent: Expr
+    kind: ForKind
+    body: Stmt
+    annotations: tuple[tuple[str, Any], ...] = ()
+
+    def annotation(self, key: str, default: Any = None) -> Any:
+        for k, v in self.annotations:
+            if k == key:
+                return v
+        return default
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class BufferStore(Stmt):
+    buffer: Buffer
+    value: Expr
+    indices: tuple[Expr, ...]
+    predicate: Expr | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class SeqStmt(Stmt):
+    seq: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then_case: Stmt
+    else_case: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Allocate(Stmt):
+    """Storage for ``buffer`` live while ``body`` runs."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class LetStmt(Stmt):
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Evaluate(Stmt):
+    """Evaluate an expression for its side effect (extern calls, prefetch)."""
+
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class AttrStmt(Stmt):
+    """A key/value hint on a region (e.g. ``storage_alias`` used by storage rewrite)."""
+
+    key: str
+    value: Any
+    body: Stmt
+
+
+@dataclass(eq=False)
+class PrimFunc:
+    """A kernel: ordered parameters (buffers and symbolic dims) and a body."""
+
+    name: str
+    params: list[Buffer]
+    body: Stmt
+    dim_vars: list[Var] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        from .printer import func_str
+
+        return func_str(self)
+
+    __repr__ = __str__
+
+
+def seq(*stmts: Stmt | None) -> Stmt:
+    """A SeqStmt with nested sequences flattened and Nones dropped."""
+    out: list[Stmt] = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, SeqStmt):
+            out.extend(s.seq)
+        else:
+            out.append(s)
+    if len(out) == 1:
+        return out[0]
+    return SeqStmt(tuple(out))

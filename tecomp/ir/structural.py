@@ -1,0 +1,42 @@
+"""Structural equality and hashing of expressions (Vars compare by identity)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from .expr import Expr, Var
+
+
+def _children(e: Expr) -> list[Any]:
+    return [getattr(e, f.name) for f in fields(e)]  # type: ignore[arg-type]
+
+
+def structural_equal(a: Any, b: Any) -> bool:
+    """True when ``a`` and ``b`` are the same tree (same node types, values and Var objects)."""
+    if a is b:
+        return True
+    if isinstance(a, Var) or isinstance(b, Var):
+        return False
+    if isinstance(a, Expr) and isinstance(b, Expr):
+        if type(a) is not type(b):
+            return False
+        return all(structural_equal(x, y) for x, y in zip(_children(a), _children(b)))
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(structural_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float, str, bool)) or a is None:
+        return type(a) is type(b) and a == b
+    return False
+
+
+def structural_hash(e: Any) -> int:
+    """Hash consistent with `structural_equal`."""
+    if isinstance(e, Var):
+        return id(e)
+    if isinstance(e, Expr):
+        return hash((type(e).__name__, *(structural_hash(c) for c in _children(e))))
+    if isinstance(e, tuple):
+        return hash(tuple(structural_hash(c) for c in e))
+    if isinstance(e, (int, float, str, bool)) or e is None:
+        return hash(e)
+    return id(e)
