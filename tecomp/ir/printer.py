@@ -38,7 +38,7 @@ def expr_str(e: E.Expr) -> str:
         return f"{e.value!r}{suffix}"  # type: ignore[attr-defined]
     if t is E.StringImm:
         return repr(e.value)  # type: ignore[attr-defined]
-    if t is E.Var:
+    if isinstance(e, E.Var):
         return e.name  # type: ignore[attr-defined]
     if t in _BIN:
         prec = _PREC[t]

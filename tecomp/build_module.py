@@ -1,0 +1,70 @@
+"""``tc.build``: schedule(s) -> lowered PrimFuncs -> one compiled module."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import TecompError
+from .ir.stmt import PrimFunc
+from .te.schedule import Schedule
+
+
+def _normalize(sch: Any, args: Any, name: str) -> list[PrimFunc]:
+    from .lowering import lower
+
+    if isinstance(sch, PrimFunc):
+        return [sch]
+    if isinstance(sch, Schedule):
+        if args is None:
+            raise TecompError("build: pass the argument tensors, e.g. tc.build(s, [A, B, C])")
+        return [lower(sch, args, name=name)]
+    if isinstance(sch, (list, tuple)):
+        funcs: list[PrimFunc] = []
+        for k, item in enumerate(sch):
+            if isinstance(item, PrimFunc):
+                funcs.append(item)
+                continue
+            if not (isinstance(item, (list, tuple)) and len(item) == 3 and isinstance(item[0], Schedule)):
+                raise TecompError(
+                    f"build: item {k} must be a (schedule, args, name) triple, got {item!r}"
+                )
+            s, a, n = item
+            funcs.append(lower(s, a, name=n))
+        names = [f.name for f in funcs]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise TecompError(f"build: kernel names must be unique, repeated: {sorted(dup)}")
+        return funcs
+    raise TecompError(f"build: expected a te.Schedule or a list of (schedule, args, name), got {sch!r}")
+
+
+def _check_name(name: str) -> None:
+    if not name.isidentifier():
+        raise TecompError(f"kernel name {name!r} must be a C identifier")
+
+
+def build(
+    sch: Any,
+    args: Sequence[Any] | None = None,
+    target: Any = "llvm",
+    name: str = "main",
+    debug: bool = False,
+) -> Any:
+    """Compile one schedule, or several ``(schedule, args, name)`` triples, into a Module.
+
+    The result is callable (with one kernel) and indexable by kernel name. ``target`` is
+    ``"llvm"`` for this CPU or ``"llvm -mcpu=... -mattr=..."``; ``debug=True`` bounds-checks
+    every access and raises IndexError instead of touching memory out of bounds.
+    """
+    from .codegen.target import Target
+
+    funcs = _normalize(sch, args, name)
+    for f in funcs:
+        _check_name(f.name)
+    tgt = Target.parse(target)
+    if tgt.kind not in ("llvm", "cpu"):
+        raise TecompError(f"build: target {target!r} is not supported yet (use 'llvm')")
+    from .runtime.module import build_cpu
+
+    return build_cpu(funcs, tgt, debug=debug, name=funcs[0].name)

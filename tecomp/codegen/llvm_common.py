@@ -1,0 +1,286 @@
+"""Pieces of LLVM IR generation that do not depend on the target: types, constants, casts,
+intrinsic declarations and the dispatch of math/bit calls.
+
+Kept apart from `llvm_cpu` so that a GPU backend can reuse them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from ..errors import CodegenError
+from ..ir import dtype as dt
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+_SCALAR: dict[str, ir.Type] = {
+    "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
+    "int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64,
+    "uint8": I8, "uint16": ir.IntType(16), "uint32": I32, "uint64": I64,
+    "bool": I1, "handle": PTR, "void": VOID,
+}
+
+
+def llvm_type(dtype: str, memory: bool = False) -> ir.Type:
+    """LLVM type of ``dtype``; bool is i1 in registers but i8 in ``memory`` (numpy layout)."""
+    el = dt.element(dtype)
+    try:
+        t = I8 if memory and el == "bool" else _SCALAR[el]
+    except KeyError:
+        raise CodegenError(f"the LLVM backend does not support dtype {dtype!r}") from None
+    n = dt.lanes(dtype)
+    return ir.VectorType(t, n) if n > 1 else t
+
+
+def opaque(v: ir.Value) -> ir.Value:
+    """Give an alloca/global llvmlite's opaque ``ptr`` type.
+
+    llvmlite still types allocas and globals as typed pointers (``[4 x float]*``) and then
+    refuses stores through GEPs of them; the printed IR does not depend on this type.
+    """
+    v.type = PTR
+    return v
+
+
+def mangle(t: ir.Type) -> str:
+    """Overload suffix of an intrinsic name for type ``t`` (``v16f32``, ``i64``, ``p0``)."""
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{mangle(t.element)}"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    if isinstance(t, ir.HalfType):
+        return "f16"
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    if isinstance(t, ir.PointerType):
+        return "p0"
+    raise CodegenError(f"cannot mangle LLVM type {t}")
+
+
+def declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:
+    """The function ``name`` of ``module``, declared with ``fnty`` on first use."""
+    fn = module.globals.get(name)
+    if fn is None:
+        return ir.Function(module, fnty, name)
+    if not isinstance(fn, ir.Function) or fn.function_type != fnty:
+        raise CodegenError(
+            f"symbol {name!r} is used with two different signatures: "
+            f"{getattr(fn, 'function_type', fn)} and {fnty}"
+        )
+    return fn
+
+
+def intrinsic(module: ir.Module, base: str, overloads: tuple[ir.Type, ...], ret: ir.Type,
+              args: tuple[ir.Type, ...]) -> ir.Function:
+    """Declare ``llvm.<base>.<mangled overloads>`` with the given signature."""
+    name = ".".join(["llvm." + base, *(mangle(t) for t in overloads)])
+    return declare(module, name, ir.FunctionType(ret, args))
+
+
+def call_intrinsic(b: ir.IRBuilder, base: str, args: list[ir.Value],
+                   ret: ir.Type | None = None, overloads: tuple[ir.Type, ...] | None = None,
+                   fastmath: tuple[str, ...] = ()) -> ir.Value:
+    """Call an overloaded intrinsic whose overload is, by default, the first operand's type."""
+    ret = args[0].type if ret is None else ret
+    ov = (args[0].type,) if overloads is None else overloads
+    fn = intrinsic(b.module, base, ov, ret, tuple(a.type for a in args))
+    return b.call(fn, args, fastmath=fastmath)
+
+
+def const(dtype: str, value: int | float | bool) -> ir.Constant:
+    """An LLVM constant of ``dtype`` (vectors are splats)."""
+    el = dt.element(dtype)
+    if el == "float16":
+        value = float(np.float16(value))  # LLVM rejects half constants that are not exact
+    elif dt.is_float(el):
+        value = float(value)
+    elif el == "bool":
+        value = int(bool(value))
+    else:
+        bits = dt.bits(el)
+        value = int(value) & ((1 << bits) - 1)  # uint64 / wrap-around: two's complement bits
+    st = llvm_type(el)
+    n = dt.lanes(dtype)
+    if n > 1:
+        return ir.Constant(ir.VectorType(st, n), [ir.Constant(st, value)] * n)
+    return ir.Constant(st, value)
+
+
+def splat(b: ir.IRBuilder, v: ir.Value, lanes: int) -> ir.Value:
+    """Broadcast scalar ``v`` to ``lanes`` lanes (insertelement + zero shuffle)."""
+    if isinstance(v, ir.Constant) and not isinstance(v.type, ir.VectorType):
+        return ir.Constant(ir.VectorType(v.type, lanes), [v] * lanes)
+    vt = ir.VectorType(v.type, lanes)
+    one = b.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
+                            ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+
+def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
+    """Convert ``v`` from ``src`` to ``dst`` with numpy's semantics (bool: != 0)."""
+    sl, dl = dt.lanes(src), dt.lanes(dst)
+    if sl == 1 and dl > 1:
+        return splat(b, cast(b, v, src, dt.element(dst)), dl)
+    se, de = dt.element(src), dt.element(dst)
+    if se == de:
+        return v
+    ty = llvm_type(dst)
+    if de == "bool":
+        zero = const(src, 0)
+        return b.fcmp_unordered("!=", v, zero) if dt.is_float(se) else b.icmp_unsigned("!=", v, zero)
+    if dt.is_float(se) and dt.is_float(de):
+        return b.fpext(v, ty) if dt.bits(de) > dt.bits(se) else b.fptrunc(v, ty)
+    if dt.is_float(se):
+        return b.fptoui(v, ty) if dt.is_uint(de) else b.fptosi(v, ty)
+    unsigned_src = se == "bool" or dt.is_uint(se)
+    if dt.is_float(de):
+        return b.uitofp(v, ty) if unsigned_src else b.sitofp(v, ty)
+    sb, db = dt.bits(se), dt.bits(de)
+    if sb == db:
+        return v  # int32 <-> uint32: same bits
+    if db < sb:
+        return b.trunc(v, ty)
+    return b.zext(v, ty) if unsigned_src else b.sext(v, ty)
+
+
+def to_i64(b: ir.IRBuilder, v: ir.Value, dtype: str) -> ir.Value:
+    """Widen an integer index (scalar or vector) to 64 bits, honouring its signedness."""
+    want = I64 if dt.lanes(dtype) == 1 else ir.VectorType(I64, dt.lanes(dtype))
+    if v.type == want:
+        return v
+    return b.zext(v, want) if dt.is_uint(dtype) or dt.is_bool(dtype) else b.sext(v, want)
+
+
+# Math and bit calls --------------------------------------------------------------------------
+
+# Vectorizable exp/log/tanh/... written as plain IR (LLVM's own vector math intrinsics are
+# scalarised into one libm call per lane).
+from .vecmath import SUPPORTED as VECMATH_SUPPORTED  # noqa: E402
+from .vecmath import emit_math as _vecmath_emit  # noqa: E402
+
+# Float functions LLVM has intrinsics for (used when vecmath does not provide them). Those
+# that are not native instructions become one libm call per lane.
+_FLOAT_INTRINSICS = {
+    "exp": "exp", "exp2": "exp2", "exp10": "exp10", "log": "log", "log2": "log2",
+    "log10": "log10", "sqrt": "sqrt", "fabs": "fabs", "abs": "fabs", "floor": "floor",
+    "ceil": "ceil", "trunc": "trunc", "round": "roundeven", "nearbyint": "nearbyint",
+    "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
+    "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "pow": "pow", "power": "pow",
+    "fma": "fma", "copysign": "copysign", "minimum": "minimum", "maximum": "maximum",
+    "atan2": "atan2",
+}
+# Float functions only libm has: called lane by lane.
+_LIBM = {"erf": "erf", "log1p": "log1p", "expm1": "expm1", "fmod": "fmod", "asinh": "asinh",
+         "acosh": "acosh", "atanh": "atanh", "cbrt": "cbrt", "hypot": "hypot"}
+_INT_INTRINSICS = {"popcount": "ctpop", "abs": "abs", "clz": "ctlz", "ctz": "cttz"}
+_BITWISE = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
+            "shift_right"}
+
+MATH_NAMES: frozenset[str] = frozenset(
+    set(VECMATH_SUPPORTED) | set(_FLOAT_INTRINSICS) | set(_LIBM) | set(_INT_INTRINSICS)
+    | _BITWISE | {"sigmoid", "rsqrt", "isnan", "isinf", "isfinite", "likely", "reinterpret"}
+)
+
+
+def _libm_call(b: ir.IRBuilder, name: str, args: list[ir.Value], el: str) -> ir.Value:
+    """Call the scalar libm function per lane (``erff`` for float32, ``erf`` for float64)."""
+    sty = llvm_type(el)
+    sym = name + ("f" if el == "float32" else "")
+    fn = declare(b.module, sym, ir.FunctionType(sty, [sty] * len(args)))
+    t = args[0].type
+    if not isinstance(t, ir.VectorType):
+        return b.call(fn, args)
+    out: ir.Value = ir.Constant(t, ir.Undefined)
+    for i in range(t.count):
+        lane = ir.Constant(I32, i)
+        r = b.call(fn, [b.extract_element(a, lane) for a in args])
+        out = b.insert_element(out, r, lane)
+    return out
+
+
+def _float_math(b: ir.IRBuilder, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
+    el = dt.element(dtype)
+    if el == "float16":  # compute in float32: vecmath and libm only handle float/double
+        f32 = dt.with_lanes("float32", dt.lanes(dtype))
+        wide = [cast(b, a, dtype, f32) for a in args]
+        return cast(b, _float_math(b, name, wide, f32), f32, dtype)
+    if name == "isnan":
+        return b.fcmp_unordered("uno", args[0], args[0])
+    if name in ("isinf", "isfinite"):
+        mag = call_intrinsic(b, "fabs", [args[0]])
+        inf = const(dtype, math.inf)
+        return b.fcmp_ordered("==", mag, inf) if name == "isinf" else b.fcmp_ordered("<", mag, inf)
+    if name in VECMATH_SUPPORTED:
+        return _vecmath_emit(b, name, args)
+    if name == "sigmoid":  # 1 / (1 + exp(-x))
+        one = const(dtype, 1.0)
+        e = _float_math(b, "exp", [b.fneg(args[0])], dtype)
+        return b.fdiv(one, b.fadd(one, e))
+    if name == "rsqrt":
+        return b.fdiv(const(dtype, 1.0), call_intrinsic(b, "sqrt", args))
+    if name in _FLOAT_INTRINSICS:
+        return call_intrinsic(b, _FLOAT_INTRINSICS[name], args)
+    if name in _LIBM:
+        return _libm_call(b, _LIBM[name], args, el)
+    raise CodegenError(f"math function {name!r} is not defined for {dtype}")
+
+
+def _int_math(b: ir.IRBuilder, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
+    if name in ("abs", "fabs"):
+        if dt.is_uint(dtype) or dt.is_bool(dtype):
+            return args[0]
+        return call_intrinsic(b, "abs", [args[0], ir.Constant(I1, 0)])
+    if name in ("clz", "ctz"):
+        return call_intrinsic(b, _INT_INTRINSICS[name], [args[0], ir.Constant(I1, 0)])
+    if name == "popcount":
+        return call_intrinsic(b, "ctpop", args)
+    if name == "bitwise_and":
+        return b.and_(args[0], args[1])
+    if name == "bitwise_or":
+        return b.or_(args[0], args[1])
+    if name == "bitwise_xor":
+        return b.xor(args[0], args[1])
+    if name == "bitwise_not":
+        return b.not_(args[0])
+    if name == "shift_left":
+        return b.shl(args[0], args[1])
+    if name == "shift_right":
+        return b.lshr(args[0], args[1]) if dt.is_uint(dtype) else b.ashr(args[0], args[1])
+    if name in ("isnan", "isinf"):
+        return const(dt.with_lanes("bool", dt.lanes(dtype)), False)
+    if name == "isfinite":
+        return const(dt.with_lanes("bool", dt.lanes(dtype)), True)
+    if name in ("floor", "ceil", "trunc", "round", "nearbyint"):
+        return args[0]
+    raise CodegenError(f"math function {name!r} is not defined for {dtype}")
+
+
+def emit_math_call(b: ir.IRBuilder, name: str, args: list[ir.Value], arg_dtypes: list[str],
+                   ret_dtype: str) -> ir.Value:
+    """Emit the pure intrinsic ``name`` (a non-extern tecomp ``Call``) on evaluated args."""
+    if not args:
+        raise CodegenError(f"call to {name!r} needs at least one argument")
+    if name == "likely":
+        return args[0]
+    if name == "reinterpret":
+        return b.bitcast(args[0], llvm_type(ret_dtype))
+    dtype = arg_dtypes[0]
+    if dt.is_float(dtype):
+        return _float_math(b, name, args, dtype)
+    return _int_math(b, name, args, dtype)
+
+
+__all__ = [
+    "I1", "I32", "I64", "I8", "MATH_NAMES", "PTR", "VOID", "call_intrinsic", "cast", "const",
+    "declare", "emit_math_call", "intrinsic", "llvm_type", "mangle", "opaque", "splat", "to_i64",
+]

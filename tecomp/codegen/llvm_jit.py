@@ -1,0 +1,195 @@
+"""From LLVM IR text to machine code: O3 with the new pass manager, MCJIT, object files.
+
+Build time matters (the tuner compiles thousands of kernels), so TargetMachines are cached per
+target, LLVM is initialised once, and the module text is printed once by the caller; the
+optimised IR and assembly shown by ``Module.get_source`` are recomputed lazily from that text
+only when somebody asks for them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import threading
+
+import llvmlite.binding as llvm
+
+from ..errors import CodegenError, TecompError
+from .target import Target
+
+_init_lock = threading.Lock()
+_initialized = False
+
+
+def ensure_llvm_initialized() -> None:
+    """Initialise the native target once (``llvm.initialize()`` raises in llvmlite 0.50)."""
+    global _initialized
+    if _initialized:
+        return
+    with _init_lock:
+        if not _initialized:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _initialized = True
+
+
+@functools.cache
+def load_compiler_runtime() -> None:
+    """Make libgcc's soft-float helpers (``__truncdfhf2`` for double -> half...) resolvable.
+
+    LLVM lowers some conversions to these calls; MCJIT only finds symbols that are already
+    loaded into the process, and Python itself does not need libgcc_s.
+    """
+    name = ctypes.util.find_library("gcc_s") or "libgcc_s.so.1"
+    try:
+        llvm.load_library_permanently(name)
+    except RuntimeError:  # pragma: no cover - then only float16 <-> float64 casts are affected
+        pass
+
+
+@functools.cache
+def load_openmp() -> None:
+    """Make libgomp's symbols (GOMP_parallel, omp_get_*) visible to JIT-compiled code."""
+    name = ctypes.util.find_library("gomp") or "libgomp.so.1"
+    try:
+        llvm.load_library_permanently(name)
+    except RuntimeError as e:
+        raise TecompError(
+            f"parallel loops need the GNU OpenMP runtime, but {name} could not be loaded ({e}); "
+            "install libgomp (e.g. `apt-get install libgomp1`) or remove .parallel() from "
+            "the schedule"
+        ) from None
+
+
+def _create_tm(target: Target, jit: bool) -> llvm.TargetMachine:
+    ensure_llvm_initialized()
+    try:
+        llvm_target = llvm.Target.from_triple(target.triple)
+    except RuntimeError as e:
+        raise TecompError(f"LLVM cannot generate code for triple {target.triple!r}: {e}") from None
+    return llvm_target.create_target_machine(
+        cpu=target.cpu, features=target.features, opt=3, reloc="pic",
+        codemodel="jitdefault" if jit else "default", jit=jit,
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def target_machine(target: Target) -> llvm.TargetMachine:
+    """The shared TargetMachine of ``target`` for optimisation and object/assembly emission.
+
+    MCJIT takes ownership of the TargetMachine it is given, so engines get a fresh one
+    (`_create_tm`) and this cached instance is never handed to an engine.
+    """
+    return _create_tm(target, jit=False)
+
+
+def data_layout(target: Target) -> str:
+    return str(target_machine(target).target_data)
+
+
+def parse_and_optimize(ir_text: str, target: Target, opt_level: int = 3) -> llvm.ModuleRef:
+    """Parse LLVM IR text, verify it, and run the O``opt_level`` new-PM pipeline on it."""
+    ensure_llvm_initialized()
+    try:
+        mod = llvm.parse_assembly(ir_text)
+        mod.verify()
+    except RuntimeError as e:
+        # A verifier failure is a bug in the code generator, not in the user's program.
+        raise CodegenError(f"internal error: generated LLVM IR is invalid: {e}") from None
+    tm = target_machine(target)
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    pto.loop_vectorization = opt_level >= 2
+    pto.slp_vectorization = opt_level >= 2
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+class JITModule:
+    """MCJIT-compiled machine code plus what is needed to show its source on demand."""
+
+    def __init__(self, ir_text: str, target: Target, uses_openmp: bool = False) -> None:
+        if not target.is_host:
+            raise TecompError(
+                f"cannot run code for target '{target}' in this process (host triple is "
+                f"{Target.host().triple}); use export_library to cross-compile"
+            )
+        load_compiler_runtime()
+        lacking = target.feature_set - Target.host().feature_set
+        if lacking:
+            raise TecompError(
+                f"cannot run code for target '{target}' here: this CPU lacks "
+                f"{', '.join(sorted(lacking))}; use export_library to cross-compile"
+            )
+        if uses_openmp:
+            load_openmp()
+        self.ir_text = ir_text
+        self.target = target
+        mod = parse_and_optimize(ir_text, target)
+        _check_symbols(mod)
+        self._engine = llvm.create_mcjit_compiler(mod, _create_tm(target, jit=True))
+        self._engine.finalize_object()
+
+    def function_address(self, name: str) -> int:
+        addr = self._engine.get_function_address(name)
+        if not addr:
+            raise TecompError(f"function {name!r} not found in the compiled module")
+        return int(addr)
+
+    def global_address(self, name: str) -> int:
+        return int(self._engine.get_global_value_address(name))
+
+    def get_source(self, fmt: str = "ll") -> str:
+        """``"ll"``: optimised LLVM IR, ``"asm"``: assembly, ``"ll-unopt"``: IR as generated."""
+        if fmt == "ll-unopt":
+            return self.ir_text
+        if fmt in ("ll", "llvm"):
+            return str(parse_and_optimize(self.ir_text, self.target))
+        if fmt in ("asm", "s"):
+            return target_machine(self.target).emit_assembly(
+                parse_and_optimize(self.ir_text, self.target)
+            )
+        raise ValueError(f"unknown source format {fmt!r}; expected 'll', 'asm' or 'll-unopt'")
+
+
+def _check_symbols(mod: llvm.ModuleRef) -> None:
+    """Fail cleanly on extern functions the process cannot provide.
+
+    MCJIT links unresolved symbols to address 0, so a typo in an extern call would otherwise
+    crash the interpreter on the first call instead of raising here.
+    """
+    missing = []
+    for fn in mod.functions:
+        if not fn.is_declaration or fn.name.startswith("llvm."):
+            continue
+        if fn.name.startswith(("omp_", "GOMP_")):
+            load_openmp()
+        if not llvm.address_of_symbol(fn.name):
+            missing.append(fn.name)
+    if missing:
+        raise TecompError(
+            f"extern function(s) {', '.join(sorted(missing))} not found in this process; load "
+            "the library that defines them first (e.g. ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL))"
+        )
+
+
+def emit_object(ir_text: str, target: Target) -> bytes:
+    """An ELF/COFF object file of the optimised module (for ``export_library``)."""
+    return bytes(target_machine(target).emit_object(parse_and_optimize(ir_text, target)))
+
+
+def emit_assembly(ir_text: str, target: Target) -> str:
+    return str(target_machine(target).emit_assembly(parse_and_optimize(ir_text, target)))
+
+
+__all__ = [
+    "JITModule",
+    "data_layout",
+    "emit_assembly",
+    "emit_object",
+    "ensure_llvm_initialized",
+    "load_openmp",
+    "parse_and_optimize",
+    "target_machine",
+]

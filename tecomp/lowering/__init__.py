@@ -1,0 +1,29 @@
+"""Schedule -> loop nest -> pass pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..ir.stmt import PrimFunc
+from ..te.schedule import Schedule
+from .schedule_ops import lower_schedule
+
+
+def lower(sch: Schedule, args: Sequence[Any], name: str = "main", passes: bool = True) -> PrimFunc:
+    """Lower ``sch`` with parameters ``args``; ``passes=False`` returns the raw loop nest."""
+    from ..errors import TecompError
+
+    if not isinstance(sch, Schedule):
+        raise TecompError(f"lower: expected a te.Schedule, got {type(sch).__name__}")
+    if not isinstance(args, (list, tuple)):
+        raise TecompError("lower: args must be a list of tensors")
+    func = lower_schedule(sch, args, name)
+    if passes:
+        from ..passes.pipeline import run_pipeline
+
+        func = run_pipeline(func)
+    return func
+
+
+__all__ = ["lower", "lower_schedule"]

@@ -1,0 +1,245 @@
+"""Bound inference: the loop extents of every stage and the region each stage must produce.
+
+Stages are visited consumers-first. A stage at root produces its whole domain. A stage computed
+at loop ``iv`` of a consumer produces the union of the regions its readers touch while the loops
+outside ``iv`` are fixed and the loops inside are relaxed to their ranges (interval analysis);
+that region's extent, bounded by a constant where possible, sizes its buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..arith.interval import Interval, const_bounds, eval_interval
+from ..arith.simplify import simplify
+from ..errors import LoweringError, ScheduleError
+from ..ir.expr import (
+    LT,
+    Expr,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Max,
+    Min,
+    ProducerLoad,
+    Var,
+    const,
+)
+from ..ir.functor import ExprVisitor, substitute
+from ..te.schedule import Schedule, SplitRel, Stage
+from ..te.tensor import ComputeOp, IterVar, IterVarKind
+
+
+@dataclass
+class StageBounds:
+    """Everything the loop-nest builder needs to know about one stage's iteration space."""
+
+    root_min: dict[IterVar, Expr] = field(default_factory=dict)
+    ext: dict[IterVar, Expr] = field(default_factory=dict)  # every iter var (root, derived)
+    value: dict[IterVar, Expr] = field(default_factory=dict)  # offset from root min, in leaves
+    conds: list[Expr] = field(default_factory=list)  # guards for non-divisible splits
+    buf_min: list[Expr] = field(default_factory=list)  # realized region, per output dimension
+    buf_ext: list[Expr] = field(default_factory=list)
+
+    def root_value(self, iv: IterVar) -> Expr:
+        return simplify(self.root_min[iv] + self.value[iv])
+
+
+def _ceildiv(a: Expr, b: Expr) -> Expr:
+    return simplify(FloorDiv(a + b - 1, b))
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, IntImm) and e.value == 0
+
+
+def derive(st: Stage, root_min: dict[IterVar, Expr], root_ext: dict[IterVar, Expr]) -> StageBounds:
+    """Pass extents down the split/fuse relations and values back up to the root axes."""
+    b = StageBounds(root_min=dict(root_min))
+    b.ext.update(root_ext)
+    for rel in st.relations:
+        if isinstance(rel, SplitRel):
+            pe = b.ext[rel.parent]
+            if rel.factor is not None:
+                b.ext[rel.outer] = _ceildiv(pe, rel.factor)
+                b.ext[rel.inner] = rel.factor
+            else:
+                assert rel.nparts is not None
+                b.ext[rel.outer] = rel.nparts
+                b.ext[rel.inner] = _ceildiv(pe, rel.nparts)
+        else:
+            b.ext[rel.fused] = simplify(b.ext[rel.outer] * b.ext[rel.inner])
+    for leaf in st.leaf_iter_vars:
+        b.value[leaf] = leaf.var
+    for rel in reversed(st.relations):
+        if isinstance(rel, SplitRel):
+            ie = b.ext[rel.inner]
+            b.value[rel.parent] = simplify(b.value[rel.outer] * ie + b.value[rel.inner])
+            rem = simplify(FloorMod(b.ext[rel.parent], ie)) if rel.factor is not None else None
+            exact = rel.factor is not None and rem is not None and _is_zero(rem)
+            if rel.nparts is not None:
+                exact = _is_zero(simplify(FloorMod(b.ext[rel.parent], rel.nparts))) and _is_zero(
+                    simplify(FloorMod(b.ext[rel.parent], ie)))
+            if not exact:
+                b.conds.append(LT(b.value[rel.parent], b.ext[rel.parent]))
+        else:
+            ie = b.ext[rel.inner]
+            b.value[rel.outer] = simplify(FloorDiv(b.value[rel.fused], ie))
+            b.value[rel.inner] = simplify(FloorMod(b.value[rel.fused], ie))
+    return b
+
+
+class _Loads(ExprVisitor):
+    def __init__(self, op: object) -> None:
+        self.op = op
+        self.found: list[ProducerLoad] = []
+
+    def visit_ProducerLoad(self, e: ProducerLoad) -> None:
+        if e.producer.op is self.op:
+            self.found.append(e)
+        super().visit_ProducerLoad(e)
+
+
+def infer_bounds(
+    sch: Schedule,
+    bodies: dict[Stage, list[Expr]],
+    stages: list[Stage],
+) -> dict[Stage, StageBounds]:
+    """Bounds of every non-inline compute stage in ``stages`` (topological order)."""
+    out: dict[Stage, StageBounds] = {}
+    readers: dict[Stage, list[Stage]] = {st: [] for st in stages}
+    for st in stages:
+        for other in stages:
+            if other is not st and other in bodies:
+                v = _Loads(st.op)
+                for e in bodies[other]:
+                    v.visit(e)
+                if v.found:
+                    readers[st].append(other)
+    for st in reversed(stages):
+        op = st.op
+        assert isinstance(op, ComputeOp)
+        root_min: dict[IterVar, Expr] = {}
+        root_ext: dict[IterVar, Expr] = {}
+        for r in op.reduce_axis:
+            assert r.dom is not None
+            root_min[r], root_ext[r] = r.dom.min, r.dom.extent
+        if st.attach_type == "scope":
+            mins, exts = _region(st, readers[st], bodies, out)
+        else:
+            mins = [iv.dom.min for iv in op.axis]  # type: ignore[union-attr]
+            exts = [iv.dom.extent for iv in op.axis]  # type: ignore[union-attr]
+        for iv, mn, ex in zip(op.axis, mins, exts):
+            root_min[iv], root_ext[iv] = mn, ex
+        b = derive(st, root_min, root_ext)
+        b.buf_min, b.buf_ext = list(mins), list(exts)
+        if st.attach_type == "scope":
+            # The region may poke outside the stage's domain (tails of a consumer's split);
+            # never compute points that do not exist.
+            for iv in op.axis:
+                assert iv.dom is not None
+                v = b.root_value(iv)
+                b.conds.append(LT(v, iv.dom.min + iv.dom.extent))
+                b.conds.append(LT(iv.dom.min - 1, v))
+        out[st] = b
+    return out
+
+
+def _region(
+    st: Stage,
+    readers: list[Stage],
+    bodies: dict[Stage, list[Expr]],
+    done: dict[Stage, StageBounds],
+) -> tuple[list[Expr], list[Expr]]:
+    op = st.op
+    assert isinstance(op, ComputeOp)
+    parent, ivar = st.attach_stage, st.attach_ivar
+    assert parent is not None and ivar is not None
+    pos = parent.leaf_iter_vars.index(ivar)
+    ndim = len(op.axis)
+    lo: list[Expr | None] = [None] * ndim
+    hi: list[Expr | None] = [None] * ndim
+    unbounded = [False] * ndim
+    fixed_ranges: dict[Var, tuple[Expr, Expr]] = {}
+    p: Stage | None = parent
+    while p is not None and p in done:
+        for leaf in p.leaf_iter_vars:
+            fixed_ranges[leaf.var] = (const(0), done[p].ext[leaf])
+        p = p.attach_stage
+    if not readers:
+        raise LoweringError(f"stage {st.name} is computed at {parent.name} but nothing reads it")
+    for c in readers:
+        if c not in done:
+            raise LoweringError(f"stage {st.name} is read by {c.name}, which is not lowered")
+        relaxed: list[IterVar] = []
+        chain = c
+        while chain is not parent:
+            relaxed_here = list(chain.leaf_iter_vars)
+            nxt = chain.attach_stage
+            if nxt is None:
+                raise ScheduleError(
+                    f"stage {st.name} is computed at {parent.name} (axis '{ivar.name}') but is "
+                    f"also read by {c.name}, which is not inside that loop"
+                )
+            relaxed.extend(relaxed_here)
+            if nxt is parent:
+                at = parent.leaf_iter_vars.index(chain.attach_ivar)  # type: ignore[arg-type]
+                if at < pos:
+                    raise ScheduleError(
+                        f"stage {st.name} is computed at {parent.name}.{ivar.name} but reader "
+                        f"{c.name} sits outside that loop"
+                    )
+            chain = nxt
+        dom: dict[Var, Interval] = {}
+        cb = done[c]
+        for leaf in relaxed:
+            owner = _owner(leaf, c, parent, done)
+            dom[leaf.var] = Interval.from_range(const(0), done[owner].ext[leaf])
+        for leaf in parent.leaf_iter_vars[pos + 1:]:
+            dom[leaf.var] = Interval.from_range(const(0), done[parent].ext[leaf])
+        cop = c.op
+        assert isinstance(cop, ComputeOp)
+        vmap: dict[Var, Expr] = {iv.var: cb.root_value(iv) for iv in cop.axis + cop.reduce_axis}
+        v = _Loads(op)
+        for e in bodies[c]:
+            v.visit(e)
+        for ld in v.found:
+            for d, idx in enumerate(ld.indices):
+                iv_ = eval_interval(simplify(substitute(idx, vmap)), dom)
+                if iv_.lo is None or iv_.hi is None:
+                    unbounded[d] = True
+                    continue
+                lo[d] = iv_.lo if lo[d] is None else simplify(Min(lo[d], iv_.lo))  # type: ignore[arg-type]
+                hi[d] = iv_.hi if hi[d] is None else simplify(Max(hi[d], iv_.hi))  # type: ignore[arg-type]
+    mins: list[Expr] = []
+    exts: list[Expr] = []
+    for d, iv in enumerate(op.axis):
+        assert iv.dom is not None
+        if unbounded[d] or lo[d] is None:
+            mins.append(iv.dom.min)
+            exts.append(iv.dom.extent)
+            continue
+        mn = lo[d]
+        ex = simplify(hi[d] - mn + 1)  # type: ignore[operator]
+        if not isinstance(ex, IntImm):
+            _, ub = const_bounds(ex, fixed_ranges)
+            dom_ub = const_bounds(iv.dom.extent, fixed_ranges)[1]
+            if ub is not None:
+                ex = const(ub if dom_ub is None else min(ub, dom_ub))
+        assert mn is not None
+        mins.append(mn)
+        exts.append(ex)
+    return mins, exts
+
+
+def _owner(leaf: IterVar, c: Stage, parent: Stage, done: dict[Stage, StageBounds]) -> Stage:
+    s: Stage | None = c
+    while s is not None:
+        if leaf in done[s].ext:
+            return s
+        s = s.attach_stage
+    return parent
+
+
+def is_reduce_leaf(iv: IterVar) -> bool:
+    return iv.kind == IterVarKind.REDUCE

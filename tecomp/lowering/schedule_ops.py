@@ -1,0 +1,348 @@
+"""Schedule -> loop nest: one nest per stage, attached stages placed inside their consumers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..arith.simplify import simplify
+from ..errors import LoweringError, ScheduleError
+from ..ir import dtype as dt
+from ..ir.buffer import Buffer
+from ..ir.expr import (
+    And,
+    BufferLoad,
+    Call,
+    Expr,
+    IntImm,
+    ProducerLoad,
+    Reduce,
+    Var,
+    const,
+)
+from ..ir.functor import ExprMutator, StmtMutator, free_vars, substitute
+from ..ir.stmt import (
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    LetStmt,
+    PrimFunc,
+    Stmt,
+    seq,
+)
+from ..te.schedule import Schedule, Stage
+from ..te.tensor import ComputeOp, IterVar, IterVarKind, PlaceholderOp, Tensor
+from .bound import StageBounds, infer_bounds
+from .inline import effective_bodies
+
+
+class _ToBuffers(ExprMutator):
+    """ProducerLoad(T, idx) -> BufferLoad(buffer of T, idx - realized min of T)."""
+
+    def __init__(self, lowering: Lowering) -> None:
+        self.lw = lowering
+
+    def visit_ProducerLoad(self, e: ProducerLoad) -> Expr:
+        idx = [self.visit(i) for i in e.indices]
+        buf, mins = self.lw.buffer_of(e.producer)
+        flat = tuple(simplify(i - m) if not (isinstance(m, IntImm) and m.value == 0) else i
+                     for i, m in zip(idx, mins))
+        return BufferLoad(buf, flat)
+
+    def visit_Reduce(self, e: Reduce) -> Expr:
+        raise LoweringError("a reduction may only appear as the whole body of a compute")
+
+
+class Lowering:
+    def __init__(self, sch: Schedule, args: Sequence[Any], name: str) -> None:
+        self.sch = sch
+        self.name = name
+        self.args = list(args)
+        self.buffers: dict[tuple[Stage, int], Buffer] = {}
+        self.params: list[Buffer] = []
+        self.outputs: list[int] = []
+        self.bodies = effective_bodies(sch)
+        self.stages = [
+            st for st in sch.stages
+            if isinstance(st.op, ComputeOp) and st.attach_type != "inline"
+        ]
+        self._bind_args()
+        self.bounds: dict[Stage, StageBounds] = infer_bounds(sch, self.bodies, self.stages)
+        self.local_allocs: dict[Stage, list[Buffer]] = {}
+        self._make_local_buffers()
+        self.mutator = _ToBuffers(self)
+
+    # buffers --------------------------------------------------------------------------------
+    def _bind_args(self) -> None:
+        seen: set[int] = set()
+        for k, a in enumerate(self.args):
+            if not isinstance(a, Tensor):
+                raise LoweringError(
+                    f"argument {k} of {self.name} must be a te.Tensor, got {type(a).__name__}"
+                )
+            st = self.sch._by_op.get(a.op)
+            if st is None:
+                raise LoweringError(f"argument {k} ({a.name}) is not part of this schedule")
+            key = (st, a.value_index)
+            if id(key[0]) * 64 + key[1] in seen:
+                raise LoweringError(f"argument {k} ({a.name}) is listed twice")
+            seen.add(id(key[0]) * 64 + key[1])
+            if st.attach_type == "inline":
+                raise LoweringError(f"argument {a.name} is computed inline and has no buffer")
+            if st.attach_type == "scope":
+                raise LoweringError(
+                    f"argument {a.name} is computed at {st.attach_stage.name}; arguments must "  # type: ignore[union-attr]
+                    "be computed at root"
+                )
+            buf = Buffer(a.name.replace(".", "_"), tuple(a.shape), a.dtype)
+            self.buffers[key] = buf
+            self.params.append(buf)
+            if isinstance(st.op, ComputeOp):
+                self.outputs.append(k)
+        for st in self.sch.stages:
+            if st.is_output and (st, 0) not in self.buffers:
+                raise LoweringError(f"output {st.origin_op.name} is missing from the arguments")
+            if isinstance(st.op, PlaceholderOp) and (st, 0) not in self.buffers:
+                if any(self._reads_tensor(s2, st) for s2 in self.stages):
+                    raise LoweringError(
+                        f"placeholder {st.op.name} is read but not passed in the argument list"
+                    )
+        self.dim_vars: list[Var] = []
+        for b in self.params:
+            for d in b.shape:
+                for v in sorted(free_vars(d), key=lambda x: x.name):
+                    if v not in self.dim_vars:
+                        self.dim_vars.append(v)
+
+    def _reads_tensor(self, reader: Stage, st: Stage) -> bool:
+        from .bound import _Loads
+
+        v = _Loads(st.op)
+        for e in self.bodies.get(reader, []):
+            v.visit(e)
+        return bool(v.found)
+
+    def _make_local_buffers(self) -> None:
+        for st in self.stages:
+            op = st.op
+            assert isinstance(op, ComputeOp)
+            b = self.bounds[st]
+            for k in range(op.num_outputs):
+                if (st, k) in self.buffers:
+                    continue
+                shape = tuple(b.buf_ext)
+                strides: tuple[Expr, ...] = ()
+                if st.storage_align_:
+                    strides = _aligned_strides(shape, st.storage_align_)
+                buf = Buffer(op.output(k).name.replace(".", "_"), shape, op.output(k).dtype,
+                             strides=strides, scope="local")
+                self.buffers[(st, k)] = buf
+                self.local_allocs.setdefault(st, []).append(buf)
+
+    def buffer_of(self, t: Tensor) -> tuple[Buffer, list[Expr]]:
+        st = self.sch._by_op.get(t.op)
+        if st is None:
+            raise LoweringError(f"tensor {t.name} is not part of this schedule")
+        buf = self.buffers.get((st, t.value_index))
+        if buf is None:
+            raise LoweringError(f"tensor {t.name} has no buffer (is it an argument?)")
+        if buf.scope == "global":
+            return buf, [const(0)] * len(t.shape)
+        return buf, self.bounds[st].buf_min
+
+    # statements -----------------------------------------------------------------------------
+    def lower(self) -> PrimFunc:
+        roots = [st for st in self.stages if st.attach_type == "root"]
+        for st in self.stages:
+            for iv, a in st.iter_var_attrs.items():
+                if a.bind_thread is not None:
+                    raise LoweringError(
+                        f"stage {st.name}: axis '{iv.name}' is bound to {a.bind_thread.thread_tag}; "
+                        "thread binding needs a GPU target"
+                    )
+        body = seq(*[self.stage_nest(st) for st in roots])
+        for st in reversed(roots):
+            for buf in self.local_allocs.get(st, []):
+                body = Allocate(buf, body)
+        body = _PlainVars().visit_stmt(body)
+        fn = PrimFunc(self.name, self.params, body, self.dim_vars)
+        fn.attrs["outputs"] = self.outputs
+        return fn
+
+    def _attached(self, st: Stage, iv: IterVar) -> list[Stage]:
+        return [c for c in self.stages if c.attach_stage is st and c.attach_ivar is iv]
+
+    def stage_nest(self, st: Stage) -> Stmt:
+        op = st.op
+        assert isinstance(op, ComputeOp)
+        b = self.bounds[st]
+        leaves = st.leaf_iter_vars
+        vmap = {iv.var: b.root_value(iv) for iv in op.axis + op.reduce_axis}
+        out_idx = [simplify(b.value[iv]) for iv in op.axis]
+        bodies = [self.mutator.visit(substitute(x, vmap)) if not isinstance(x, Reduce) else x
+                  for x in self.bodies[st]]
+        first_red = next((k for k, iv in enumerate(leaves) if iv.kind == IterVarKind.REDUCE),
+                         len(leaves))
+        is_reduce = isinstance(self.bodies[st][0], Reduce)
+        conds = [simplify(c) for c in b.conds]
+        red_vars = {iv.var for iv in leaves if iv.kind == IterVarKind.REDUCE}
+        spatial_conds = [c for c in conds if not (free_vars(c) & red_vars)]
+        init_stmt: Stmt | None = None
+        if is_reduce:
+            update, init = self._reduce_stmts(st, vmap, out_idx)
+            init_stmt = _guard(spatial_conds, init)
+        tpos = next((k for k, iv in enumerate(leaves)
+                     if iv in st.iter_var_attrs and st.iter_var_attrs[iv].tensor_intrin is not None), None)
+        if tpos is not None:
+            from .tensorize import tensorize_stmt
+
+            for iv in leaves[tpos:]:
+                if self._attached(st, iv):
+                    raise ScheduleError(f"stage {st.name}: a stage is computed inside the "
+                                        f"tensorized loop '{iv.name}'")
+            inner = tensorize_stmt(self, st, tpos, st.iter_var_attrs[leaves[tpos]].tensor_intrin)
+            nloops = tpos
+            first_red = min(first_red, tpos)
+        else:
+            if is_reduce:
+                inner = _guard(conds, update)
+            else:
+                stores = [BufferStore(self.buffers[(st, k)], v, tuple(out_idx))
+                          for k, v in enumerate(bodies)]
+                inner = _guard(conds, seq(*stores))
+            nloops = len(leaves)
+        for k in range(nloops - 1, -1, -1):
+            if k + 1 == first_red and init_stmt is not None:
+                inner = seq(self._init_nest(st, leaves[first_red:], init_stmt), inner)
+            inner = self._loop(st, leaves[k], inner)
+        if first_red == 0 and init_stmt is not None:
+            inner = seq(self._init_nest(st, leaves, init_stmt), inner)
+        return inner
+
+    def _init_nest(self, st: Stage, leaves: list[IterVar], init: Stmt) -> Stmt:
+        b = self.bounds[st]
+        body = init
+        for iv in reversed(leaves):
+            if iv.kind == IterVarKind.REDUCE:
+                continue
+            kind = st.iter_var_attrs[iv].kind if iv in st.iter_var_attrs else None
+            body = For(iv.var, const(0), b.ext[iv], kind or ForKind.SERIAL, body)
+        return body
+
+    def _loop(self, st: Stage, iv: IterVar, inner: Stmt) -> Stmt:
+        b = self.bounds[st]
+        attr = st.iter_var_attrs.get(iv)
+        pre: list[Stmt] = []
+        children = self._attached(st, iv)
+        if attr is not None and attr.prefetch:
+            pre.extend(self._prefetch(st, iv, attr.prefetch))
+        body = seq(*pre, *[self.stage_nest(c) for c in children], inner)
+        for c in reversed(children):
+            for buf in self.local_allocs.get(c, []):
+                body = Allocate(buf, body)
+        kind = attr.kind if attr is not None and attr.kind is not None else ForKind.SERIAL
+        ann = tuple((k, v) for k, v in attr.pragmas) if attr is not None else ()
+        ext = b.ext[iv]
+        if kind == ForKind.VECTORIZED and not isinstance(simplify(ext), IntImm):
+            raise ScheduleError(
+                f"stage {st.name}: cannot vectorize axis '{iv.name}' with non-constant extent {ext}"
+            )
+        return For(iv.var, const(0), ext, kind, body, ann)
+
+    def _reduce_stmts(self, st: Stage, vmap: dict[Var, Expr], out_idx: list[Expr]) -> tuple[Stmt, Stmt]:
+        reds = self.bodies[st]
+        r0 = reds[0]
+        assert isinstance(r0, Reduce)
+        comb = r0.combiner
+        bufs = [self.buffers[(st, k)] for k in range(len(reds))]
+        idx = tuple(out_idx)
+        src = [self.mutator.visit(substitute(s, vmap)) for s in r0.source]
+        cond = simplify(self.mutator.visit(substitute(r0.condition, vmap)))
+        acc = {lv: BufferLoad(bf, idx) for lv, bf in zip(comb.lhs, bufs)}
+        vals = {rv: s for rv, s in zip(comb.rhs, src)}
+        news = [substitute(r, {**acc, **vals}) for r in comb.result]
+        if len(news) == 1:
+            update: Stmt = BufferStore(bufs[0], news[0], idx)
+        else:
+            tmps = [Var(f"{bf.name}_v{k}", bf.dtype) for k, bf in enumerate(bufs)]
+            update = seq(*[BufferStore(bf, t, idx) for bf, t in zip(bufs, tmps)])
+            for t, n in reversed(list(zip(tmps, news))):
+                update = LetStmt(t, n, update)
+        if not (isinstance(cond, IntImm) and cond.value == 1):
+            update = IfThenElse(cond, update)
+        inits = r0.init if r0.init else comb.identity
+        init_vals = [self.mutator.visit(substitute(v, vmap)) for v in inits]
+        init = seq(*[BufferStore(bf, v, idx) for bf, v in zip(bufs, init_vals)])
+        return update, init
+
+    def _prefetch(self, st: Stage, iv: IterVar, items: list[tuple[Tensor, Expr]]) -> list[Stmt]:
+        from .prefetch import prefetch_stmts
+
+        return prefetch_stmts(self, st, iv, items)
+
+
+class _PlainVars(StmtMutator):
+    """Replace te axis variables by plain loop Vars: below te, a loop variable is just a Var."""
+
+    def __init__(self) -> None:
+        self.map: dict[Var, Var] = {}
+
+    def visit_Var(self, e: Var) -> Expr:  # type: ignore[override]
+        if type(e) is Var:
+            return e
+        v = self.map.get(e)
+        if v is None:
+            v = self.map[e] = Var(e.name, e.dtype)
+        return v
+
+    def visit_For(self, s: For) -> Stmt:
+        s2 = super().visit_For(s)
+        assert isinstance(s2, For)
+        v = self.visit_Var(s.var)
+        if v is s.var:
+            return s2
+        return For(v, s2.min, s2.extent, s2.kind, s2.body, s2.annotations)  # type: ignore[arg-type]
+
+    def visit_LetStmt(self, s: LetStmt) -> Stmt:
+        s2 = super().visit_LetStmt(s)
+        assert isinstance(s2, LetStmt)
+        v = self.visit_Var(s.var)
+        return s2 if v is s.var else LetStmt(v, s2.value, s2.body)  # type: ignore[arg-type]
+
+
+def _guard(conds: list[Expr], body: Stmt) -> Stmt:
+    live = [c for c in conds if not (isinstance(c, IntImm) and c.value == 1)]
+    if not live:
+        return body
+    c = live[0]
+    for x in live[1:]:
+        c = And(c, x)
+    return IfThenElse(c, body)
+
+
+def _aligned_strides(shape: tuple[Expr, ...], align: dict[int, tuple[int, int]]) -> tuple[Expr, ...]:
+    strides: list[Expr] = [const(1)] * len(shape)
+    acc: Expr = const(1)
+    for d in range(len(shape) - 1, -1, -1):
+        if d in align:
+            factor, offset = align[d]
+            # round the natural stride up to k * factor + offset
+            s = simplify(acc)
+            if not isinstance(s, IntImm):
+                raise ScheduleError("storage_align needs constant inner extents")
+            k = -(-(s.value - offset) // factor)
+            acc = const(max(k * factor + offset, s.value))
+        strides[d] = acc
+        acc = simplify(acc * shape[d])
+    return tuple(strides)
+
+
+def lower_schedule(sch: Schedule, args: Sequence[Any], name: str = "main") -> PrimFunc:
+    """The loop nest of ``sch`` with ``args`` as kernel parameters (before passes)."""
+    return Lowering(sch, args, name).lower()
+
+
+__all__ = ["lower_schedule", "dt", "Call", "Evaluate"]

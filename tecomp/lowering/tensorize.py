@@ -1,0 +1,195 @@
+"""Tensorize: match a stage's inner loop nest against a tensor intrinsic and replace it.
+
+The loops from the tensorized axis inward must cover, for each root axis, either nothing or one
+whole inner loop whose extent equals the intrinsic's axis extent. The stage body, with its root
+axes rewritten as ``fixed part + intrinsic axis``, must then equal the intrinsic's body up to
+renaming its placeholders to the stage's tensors; each placeholder's tile origin is read off the
+index expressions (what is left when the intrinsic axes are zero).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from ..arith.interval import can_prove
+from ..arith.simplify import simplify
+from ..errors import ScheduleError
+from ..ir.expr import Expr, FloatImm, IntImm, ProducerLoad, Reduce, Var, const
+from ..ir.functor import free_vars, substitute
+from ..ir.stmt import Stmt
+from ..te.schedule import Stage
+from ..te.tensor import ComputeOp, IterVar, IterVarKind, Tensor
+from ..te.tensor_intrin import TensorIntrin, TensorRegion
+
+if TYPE_CHECKING:
+    from .schedule_ops import Lowering
+
+
+class _Mismatch(Exception):
+    pass
+
+
+class _Matcher:
+    def __init__(self, ivars: set[Var]) -> None:
+        self.ivars = ivars
+        self.tmap: dict[Tensor, Tensor] = {}  # intrinsic placeholder -> stage tensor
+        self.origin: dict[Tensor, list[Expr]] = {}
+
+    def match(self, a: Any, b: Any) -> None:
+        if isinstance(a, ProducerLoad) and isinstance(b, ProducerLoad):
+            self._load(a, b)
+            return
+        if isinstance(a, Var) or isinstance(b, Var):
+            if a is not b:
+                raise _Mismatch(f"{a} vs {b}")
+            return
+        if isinstance(a, (IntImm, FloatImm)):
+            if type(a) is not type(b) or a.value != b.value or a.dtype != b.dtype:
+                raise _Mismatch(f"{a} vs {b}")
+            return
+        if isinstance(a, Reduce):
+            if not isinstance(b, Reduce):
+                raise _Mismatch("reduction vs non-reduction")
+            if a.combiner is not b.combiner and a.combiner.name != b.combiner.name:
+                raise _Mismatch(f"reducer {a.combiner.name} vs {b.combiner.name}")
+            for x, y in zip(a.source, b.source):
+                self.match(x, y)
+            return
+        if isinstance(a, Expr):
+            if type(a) is not type(b) or a.dtype != b.dtype:
+                raise _Mismatch(f"{a} vs {b}")
+            for f in fields(a):  # type: ignore[arg-type]
+                self.match(getattr(a, f.name), getattr(b, f.name))
+            return
+        if isinstance(a, tuple):
+            if not isinstance(b, tuple) or len(a) != len(b):
+                raise _Mismatch("arity")
+            for x, y in zip(a, b):
+                self.match(x, y)
+            return
+        if a != b:
+            raise _Mismatch(f"{a!r} vs {b!r}")
+
+    def _load(self, a: ProducerLoad, b: ProducerLoad) -> None:
+        t_stage, t_in = a.producer, b.producer
+        prev = self.tmap.get(t_in)
+        if prev is None:
+            self.tmap[t_in] = t_stage
+        elif prev is not t_stage:
+            raise _Mismatch(f"{t_in.name} maps to both {prev.name} and {t_stage.name}")
+        if len(a.indices) != len(b.indices):
+            raise _Mismatch(f"rank of {t_stage.name} vs {t_in.name}")
+        zero = {v: const(0, v.dtype) for v in self.ivars}
+        org = []
+        for ia, ib in zip(a.indices, b.indices):
+            diff = simplify(ia - ib)
+            if free_vars(diff) & self.ivars:
+                raise _Mismatch(f"index {ia} of {t_stage.name} does not follow {ib}")
+            org.append(simplify(substitute(ia, zero)))
+        old = self.origin.get(t_in)
+        if old is None:
+            self.origin[t_in] = org
+        elif any(not isinstance(simplify(x - y), IntImm) or simplify(x - y).value != 0  # type: ignore[attr-defined]
+                 for x, y in zip(old, org)):
+            raise _Mismatch(f"{t_in.name} is read at two different tiles")
+
+
+def tensorize_stmt(lw: Lowering, st: Stage, pos: int, intrin: TensorIntrin) -> Stmt:
+    op = st.op
+    assert isinstance(op, ComputeOp)
+    b = lw.bounds[st]
+    leaves = st.leaf_iter_vars
+    inner = leaves[pos:]
+    inner_vars = {iv.var for iv in inner}
+    axis_name = leaves[pos].name
+
+    def err(msg: str) -> ScheduleError:
+        return ScheduleError(f"stage {st.name}: cannot tensorize at axis '{axis_name}' with "
+                             f"{intrin.name}: {msg}")
+
+    zero_inner = {v: const(0, v.dtype) for v in inner_vars}
+    parts: dict[IterVar, tuple[Expr, IterVar | None]] = {}
+    for r in op.axis + op.reduce_axis:
+        val = b.value[r]
+        fixed = simplify(substitute(val, zero_inner))
+        rest = simplify(val - fixed)
+        if free_vars(rest) - inner_vars:
+            raise err(f"axis '{r.name}' mixes outer and inner loops")
+        leaf = None
+        if not (isinstance(rest, IntImm) and rest.value == 0):
+            leaf = next((iv for iv in inner if iv.var is rest), None)
+            if leaf is None:
+                raise err(f"axis '{r.name}' is not covered by a single inner loop ({rest})")
+        parts[r] = (fixed, leaf)
+    for c in b.conds:
+        if free_vars(c) & inner_vars and not can_prove(c):
+            raise err("the tensorized region has a partial tile (extent not divisible)")
+
+    iop = intrin.op
+    spatial = [r for r in op.axis if parts[r][1] is not None]
+    reduce_ = [r for r in op.reduce_axis if parts[r][1] is not None]
+    ispatial = [a for a in iop.axis if not _is_one(a)]
+    ireduce = [a for a in iop.reduce_axis if not _is_one(a)]
+    if len(spatial) != len(ispatial) or len(reduce_) != len(ireduce):
+        raise err(f"the region has {len(spatial)} spatial and {len(reduce_)} reduction loops, "
+                  f"the intrinsic {len(ispatial)} and {len(ireduce)}")
+    vmap: dict[Var, Expr] = {}
+    ivars: set[Var] = set()
+    for group, igroup in ((spatial, ispatial), (reduce_, ireduce)):
+        for r, ia in zip(group, igroup):
+            leaf = parts[r][1]
+            assert leaf is not None and ia.dom is not None
+            e1, e2 = simplify(b.ext[leaf]), simplify(ia.dom.extent)
+            if not (isinstance(e1, IntImm) and isinstance(e2, IntImm) and e1.value == e2.value):
+                raise err(f"loop '{leaf.name}' has extent {e1}, the intrinsic axis '{ia.name}' {e2}")
+            vmap[r.var] = simplify(b.root_min[r] + parts[r][0]) + ia.var
+            ivars.add(ia.var)
+    for r in op.axis + op.reduce_axis:
+        if r.var not in vmap:
+            vmap[r.var] = simplify(b.root_min[r] + parts[r][0])
+    for ia in iop.axis + iop.reduce_axis:
+        if _is_one(ia):
+            vmap.setdefault(ia.var, const(0))
+    m = _Matcher(ivars)
+    body_s = lw.bodies[st]
+    if len(body_s) != len(iop.body):
+        raise err("different number of outputs")
+    try:
+        for x, y in zip(body_s, iop.body):
+            ys = substitute(y, {ia.var: const(0) for ia in iop.axis + iop.reduce_axis if _is_one(ia)})
+            m.match(substitute(x, vmap) if not isinstance(x, Reduce) else _subst_reduce(x, vmap), ys)
+    except _Mismatch as e:
+        raise err(f"body does not match ({e})") from None
+    ins: list[TensorRegion] = []
+    for t in intrin.inputs:
+        ts = m.tmap.get(t)
+        if ts is None:
+            raise err(f"intrinsic input {t.name} is not read")
+        buf, mins = lw.buffer_of(ts)
+        org = tuple(simplify(o - mn) for o, mn in zip(m.origin[t], mins))
+        ins.append(TensorRegion(buf, org, tuple(t.shape), _strides(buf)))
+    outs = []
+    for k in range(op.num_outputs):
+        buf = lw.buffers[(st, k)]
+        org = tuple(simplify(parts[r][0]) for r in op.axis)
+        outs.append(TensorRegion(buf, org, tuple(iop.output(k).shape), _strides(buf)))
+    return intrin.implement(ins, outs)
+
+
+def _subst_reduce(x: Reduce, vmap: dict[Var, Expr]) -> Reduce:
+    return Reduce(x.combiner, tuple(substitute(s, vmap) for s in x.source), x.axis,
+                  substitute(x.condition, vmap), x.value_index, x.init)
+
+
+def _is_one(iv: IterVar) -> bool:
+    return iv.dom is not None and isinstance(iv.dom.extent, IntImm) and iv.dom.extent.value == 1
+
+
+def _strides(buf: Any) -> tuple[Expr, ...]:
+    from ..passes.flatten import _strides as flat_strides
+
+    return tuple(simplify(s) for s in flat_strides(buf))
+
+
+__all__ = ["tensorize_stmt", "IterVarKind"]

@@ -1,0 +1,36 @@
+"""The ordered pass list that turns a freshly lowered loop nest into codegen-ready IR."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..ir.stmt import PrimFunc
+from .flatten import flatten
+from .loop_partition import loop_partition
+from .simplify import simplify_func
+from .storage_rewrite import storage_rewrite
+from .unroll import unroll
+from .vectorize import vectorize
+
+Pass = Callable[[PrimFunc], PrimFunc]
+
+# Order matters: partition needs the multi-dimensional guards before flattening mixes the
+# indices; unroll before vectorize so unrolled copies of a vector body are each widened;
+# flatten before vectorize so every index is one affine expression that becomes one Ramp;
+# storage rewrite last, on flat 1-D local buffers.
+PIPELINE: list[tuple[str, Pass]] = [
+    ("simplify", simplify_func),
+    ("loop_partition", loop_partition),
+    ("simplify", simplify_func),
+    ("unroll", unroll),
+    ("flatten", flatten),
+    ("vectorize", vectorize),
+    ("storage_rewrite", storage_rewrite),
+    ("simplify", simplify_func),
+]
+
+
+def run_pipeline(func: PrimFunc, passes: list[tuple[str, Pass]] | None = None) -> PrimFunc:
+    for _name, p in passes if passes is not None else PIPELINE:
+        func = p(func)
+    return func

@@ -1,0 +1,283 @@
+"""Checking kernel arguments and turning them into C call arguments.
+
+A compiled kernel is ``int32_t f(T* A, ..., int64_t n, ...)``: it trusts its caller completely,
+so every check happens here, once per call, with errors that name the argument: wrong count,
+dtype, rank, shape (constants and symbolic dims bound consistently across arguments),
+non-contiguous memory, read-only or overlapping outputs.
+
+This module must not import llvmlite: libraries loaded from disk reuse it. Parameter
+descriptions (`ParamSpec`) are plain data so they can be stored in a JSON manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..ir import dtype as dt
+from ..ir import expr as E  # noqa: N812
+from ..ir import stmt as S  # noqa: N812
+from ..ir.functor import StmtVisitor
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One buffer parameter as the caller sees it.
+
+    ``shape`` entries are ints, the name of a dim var, or a Python expression over dim names
+    (``"n - 2"``, ``"(n + 3) // 4"``) for extents that are computed from dims.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+    output: bool = False
+
+
+_CONST, _BIND, _CHECK = 0, 1, 2
+
+
+class ArgChecker:
+    """Validates ``(array, ...)`` against the params of one kernel and builds C arguments.
+
+    All per-parameter work that does not depend on the arguments (dtype objects, which axes
+    are constants, which bind a dim, compiled shape expressions) is done once here, so a call
+    costs a few attribute reads per argument.
+    """
+
+    def __init__(self, func_name: str, params: Sequence[ParamSpec], dim_names: Sequence[str],
+                 check_overlap: bool = True) -> None:
+        self.func_name = func_name
+        self.params = tuple(params)
+        self.dim_names = tuple(dim_names)
+        self.check_overlap = check_overlap
+        self._n = len(self.params)
+        self._np_dtypes = [np.dtype(dt.element(p.dtype)) for p in self.params]
+        self._outputs = [i for i, p in enumerate(self.params) if p.output]
+        dim_index = {n: i for i, n in enumerate(self.dim_names)}
+        bound: set[int] = set()
+        # per param: None when every extent is a constant (compare the shape tuple at once),
+        # else a tuple of (axis, kind, payload) to walk.
+        self._static: list[tuple[int, ...] | None] = []
+        self._axes: list[tuple[tuple[int, int, Any], ...]] = []
+        self._shape_text: list[str] = []
+        self._checks: list[tuple[int, int, Any]] = []
+        for i, p in enumerate(self.params):
+            axes: list[tuple[int, int, Any]] = []
+            for ax, s in enumerate(p.shape):
+                if isinstance(s, (int, np.integer)):
+                    axes.append((ax, _CONST, int(s)))
+                elif s in dim_index and dim_index[s] not in bound:
+                    bound.add(dim_index[s])
+                    axes.append((ax, _BIND, dim_index[s]))
+                elif s in dim_index:
+                    axes.append((ax, _CHECK, (dim_index[s], s)))
+                else:
+                    code = compile(s, f"<shape of {p.name}>", "eval")
+                    axes.append((ax, _CHECK, (code, s)))
+                    self._checks.append((i, ax, code))
+            static = all(k == _CONST for _, k, _ in axes)
+            self._static.append(tuple(v for _, _, v in axes) if static else None)
+            self._axes.append(tuple(axes))
+            self._shape_text.append("(" + ", ".join(str(s) for s in p.shape)
+                                    + ("," if len(p.shape) == 1 else "") + ")")
+        missing = [n for i, n in enumerate(self.dim_names) if i not in bound]
+        if missing:
+            from ..errors import TecompError
+
+            raise TecompError(
+                f"{func_name}: symbolic dims {', '.join(missing)} cannot be inferred from "
+                "argument shapes; some parameter must have each of them as a plain extent"
+            )
+        self._bound_by = {}  # dim index -> the param whose shape binds it (for messages)
+        for i, axes_i in enumerate(self._axes):
+            for _, k, v in axes_i:
+                if k == _BIND:
+                    self._bound_by[v] = i
+
+    # errors ---------------------------------------------------------------------------------
+    def _who(self, i: int) -> str:
+        return f"argument {i} ('{self.params[i].name}') of {self.func_name}"
+
+    def _count_error(self, n: int) -> TypeError:
+        names = ", ".join(p.name for p in self.params)
+        return TypeError(f"{self.func_name}() takes {self._n} array arguments ({names}), got {n}")
+
+    def _shape_error(self, i: int, shape: tuple[int, ...], dims: list[int | None]) -> ValueError:
+        env = {n: d for n, d in zip(self.dim_names, dims, strict=True) if d is not None}
+        want = self._shape_text[i]
+        if env and self._static[i] is None:
+            try:
+                conc = tuple(s if isinstance(s, int) else eval(s, {"__builtins__": {}}, env)
+                             for s in self.params[i].shape)
+                want += f" = {conc}"
+            except NameError:
+                pass
+        return ValueError(f"{self._who(i)}: expected shape {want}, got {tuple(shape)}")
+
+    # conversion -----------------------------------------------------------------------------
+    def _coerce(self, i: int, a: object) -> np.ndarray:
+        if isinstance(a, np.ndarray):
+            return a
+        if hasattr(a, "__dlpack__"):
+            try:
+                return np.from_dlpack(a)
+            except (TypeError, ValueError, BufferError, RuntimeError) as e:
+                raise TypeError(f"{self._who(i)}: cannot import it through DLPack: {e}") from None
+        raise TypeError(
+            f"{self._who(i)}: expected a numpy array or an object with __dlpack__ "
+            f"(e.g. a CPU torch.Tensor), got {type(a).__name__}"
+        )
+
+    def convert(self, args: Sequence[object]) -> tuple[list[np.ndarray], list[int]]:
+        """Check ``args``; return the arrays (keep them alive during the call) and the C args
+        (data pointers followed by the int64 dims)."""
+        if len(args) != self._n:
+            raise self._count_error(len(args))
+        dims: list[int | None] = [None] * len(self.dim_names)
+        arrays: list[np.ndarray] = []
+        cargs: list[int] = []
+        for i, a in enumerate(args):
+            if type(a) is not np.ndarray:
+                a = self._coerce(i, a)
+            want = self._np_dtypes[i]
+            if a.dtype is not want and a.dtype != want:
+                raise TypeError(f"{self._who(i)}: expected dtype {self.params[i].dtype}, "
+                                f"got {a.dtype}")
+            shape = a.shape
+            static = self._static[i]
+            if static is not None:
+                if shape != static:
+                    raise self._shape_error(i, shape, dims)
+            else:
+                if len(shape) != len(self._axes[i]):
+                    raise self._shape_error(i, shape, dims)
+                for ax, kind, v in self._axes[i]:
+                    if kind == _BIND:
+                        dims[v] = shape[ax]
+                    elif kind == _CONST:
+                        if shape[ax] != v:
+                            raise self._shape_error(i, shape, dims)
+                    elif isinstance(v[0], int):  # a dim bound earlier must agree
+                        if shape[ax] != dims[v[0]]:
+                            j = self._bound_by[v[0]]
+                            raise ValueError(
+                                f"{self._who(i)}: axis {ax} has extent {shape[ax]}, but "
+                                f"{v[1]} = {dims[v[0]]} from the shape of {self._who(j)}"
+                            )
+            flags = a.flags
+            if not flags.c_contiguous:
+                raise ValueError(f"{self._who(i)}: the array must be C-contiguous "
+                                 "(use np.ascontiguousarray)")
+            if not flags.writeable and self.params[i].output:
+                raise ValueError(f"{self._who(i)}: the kernel writes this argument, but the "
+                                 "array is read-only")
+            arrays.append(a)
+            cargs.append(a.__array_interface__["data"][0])
+        if self._checks:  # extents computed from dims, e.g. (n - 2)
+            env = dict(zip(self.dim_names, dims, strict=True))
+            for i, ax, code in self._checks:
+                if arrays[i].shape[ax] != eval(code, {"__builtins__": {}}, env):
+                    raise self._shape_error(i, arrays[i].shape, dims)
+        if self.check_overlap and self._outputs:
+            self._check_overlap(arrays, cargs)
+        cargs.extend(dims)  # type: ignore[arg-type]
+        return arrays, cargs
+
+    def _check_overlap(self, arrays: list[np.ndarray], ptrs: list[int]) -> None:
+        # Kernels are compiled assuming buffers do not alias (noalias); an output sharing
+        # memory with another argument would silently compute garbage.
+        for i in self._outputs:
+            lo, n = ptrs[i], arrays[i].nbytes
+            if n == 0:
+                continue
+            for j, a in enumerate(arrays):
+                if j != i and a.nbytes and lo < ptrs[j] + a.nbytes and ptrs[j] < lo + n:
+                    raise ValueError(
+                        f"{self._who(i)} overlaps the memory of {self._who(j)}; outputs must "
+                        "not share memory with other arguments (pass a separate array)"
+                    )
+
+
+# construction from IR ---------------------------------------------------------------------
+
+_PY_BIN: dict[type, str] = {
+    E.Add: "+", E.Sub: "-", E.Mul: "*", E.FloorDiv: "//", E.FloorMod: "%", E.Div: "//",
+}
+
+
+def _py_expr(e: E.Expr, names: dict[E.Var, str]) -> str:
+    """A Python expression computing the shape extent ``e`` from dim names."""
+    if isinstance(e, E.IntImm):
+        return str(e.value)
+    if isinstance(e, E.Var):
+        if e not in names:
+            raise ValueError(f"shape uses '{e.name}', which is not a dim var of the kernel")
+        return names[e]
+    if isinstance(e, E.Cast):
+        return _py_expr(e.value, names)
+    if isinstance(e, (E.Min, E.Max)):
+        fn = "min" if isinstance(e, E.Min) else "max"
+        return f"{fn}({_py_expr(e.a, names)}, {_py_expr(e.b, names)})"
+    op = _PY_BIN.get(type(e))
+    if op is None:
+        raise ValueError(f"cannot check the shape extent {e} at call time")
+    a, b = _py_expr(e.a, names), _py_expr(e.b, names)  # type: ignore[attr-defined]
+    if isinstance(e, E.Div):  # C division truncates toward zero
+        return f"int({a} / {b})"
+    return f"({a} {op} {b})"
+
+
+class _Written(StmtVisitor):
+    def __init__(self) -> None:
+        self.data: set[E.Var] = set()
+
+    def visit_BufferStore(self, s: S.BufferStore) -> None:
+        self.data.add(s.buffer.data)
+        super().visit_BufferStore(s)
+
+    def visit_Call(self, e: E.Call) -> None:
+        # An extern call may write through any pointer it is given.
+        if e.extern:
+            for a in e.args:
+                if isinstance(a, E.Call) and a.name == "address_of":
+                    self.data.add(a.args[0].buffer.data)  # type: ignore[attr-defined]
+                elif isinstance(a, E.Var):
+                    self.data.add(a)
+        super().visit_Call(e)
+
+
+def specs_from_primfunc(func: S.PrimFunc) -> tuple[list[ParamSpec], list[str]]:
+    """Parameter specs and dim names of a PrimFunc.
+
+    Outputs come from ``func.attrs["outputs"]`` (param indices) when present, else from the
+    buffers the body stores to.
+    """
+    names: dict[E.Var, str] = {}
+    used: set[str] = set()
+    for v in func.dim_vars:
+        n = v.name if v.name.isidentifier() else "d"
+        base, k = n, 1
+        while n in used:  # two dims printed alike must still be told apart
+            n, k = f"{base}_{k}", k + 1
+        used.add(n)
+        names[v] = n
+    outputs = func.attrs.get("outputs")
+    if outputs is None:
+        w = _Written()
+        w.visit_stmt(func.body)
+        outputs = [i for i, b in enumerate(func.params) if b.data in w.data]
+    outs = set(outputs)
+    specs = []
+    for i, b in enumerate(func.params):
+        shape: list[int | str] = []
+        for s in b.shape:
+            shape.append(s.value if isinstance(s, E.IntImm) else _py_expr(s, names))
+        specs.append(ParamSpec(b.name, dt.element(b.dtype), tuple(shape), i in outs))
+    return specs, [names[v] for v in func.dim_vars]
+
+
+__all__ = ["ArgChecker", "ParamSpec", "specs_from_primfunc"]
