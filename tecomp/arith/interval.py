@@ -11,7 +11,8 @@ Two flavours, because they answer different questions:
 
 Loop ranges are given as ``var -> (min, extent)``, meaning ``min <= var < min + extent``; the min
 and extent may themselves be symbolic. Signed variables of 32 bits or more without a range are
-unbounded (overflow is assumed not to happen, as in the rest of the compiler).
+unbounded (overflow is assumed not to happen, as in the rest of the compiler) unless
+``var_bounds`` gives them constant bounds (shape dimensions are ``(0, None)``).
 
 >>> from tecomp.ir import Var
 >>> io, ii = Var("io"), Var("ii")
@@ -360,19 +361,22 @@ def _to_opt(x: Ext) -> int | None:
     return None if math.isinf(x) else int(x)
 
 
-def const_bounds(e: Expr, ranges: Ranges | None = None) -> tuple[int | None, int | None]:
+def const_bounds(
+    e: Expr, ranges: Ranges | None = None, *, var_bounds: VarBounds | None = None
+) -> tuple[int | None, int | None]:
     """Best constant ``(lo, hi)`` of the integer expression ``e``; None where unbounded.
 
     ``e`` is simplified first, so correlated terms cancel (``(i*32 + j) - i*32`` is bounded by
     ``j``'s range), and symbolic loop ranges are used (``i - n`` is at most -1 for ``i in [0, n)``).
+    Free vars are unbounded unless ``var_bounds`` says otherwise (``{n: (1, None)}``).
     """
     from .simplify import Simplifier
 
-    lo, hi = Simplifier(ranges).bounds_of(e)
+    lo, hi = Simplifier(ranges, var_bounds).bounds_of(e)
     return _to_opt(lo), _to_opt(hi)
 
 
-def can_prove(cond: Expr, ranges: Ranges | None = None) -> bool:
+def can_prove(cond: Expr, ranges: Ranges | None = None, *, var_bounds: VarBounds | None = None) -> bool:
     """True when ``cond`` holds for every value of the variables within ``ranges``.
 
     False means "not proven", not "false". Comparisons of integers are decided by the bounds of
@@ -380,7 +384,7 @@ def can_prove(cond: Expr, ranges: Ranges | None = None) -> bool:
     """
     from .simplify import Simplifier
 
-    return Simplifier(ranges).prove(cond)
+    return Simplifier(ranges, var_bounds).prove(cond)
 
 
 # symbolic intervals ---------------------------------------------------------------------------

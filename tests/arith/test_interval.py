@@ -120,6 +120,8 @@ def test_const_bounds_and_can_prove() -> None:
     assert can_prove(Or(j > 100, j < 32), {j: (0, 32)})
     assert can_prove(EQ(x + 1, 1 + x))
     assert can_prove(NE(x, x + 1))
+    assert not can_prove(n >= 1) and can_prove(n >= 1, var_bounds={n: (1, None)})
+    assert const_bounds(n // 32 + 1, var_bounds={n: (0, 100)}) == (1, 4)
 
 
 def test_interval_helpers() -> None:
