@@ -90,12 +90,14 @@ def derive(st: Stage, root_min: dict[IterVar, Expr], root_ext: dict[IterVar, Exp
 
 
 class _Loads(ExprVisitor):
-    def __init__(self, op: object) -> None:
-        self.op = op
+    """Reads of a stage's tensors (by its current op or the op it replaced)."""
+
+    def __init__(self, st: Stage | object) -> None:
+        self.ops = {id(st.op), id(st.origin_op)} if isinstance(st, Stage) else {id(st)}
         self.found: list[ProducerLoad] = []
 
     def visit_ProducerLoad(self, e: ProducerLoad) -> None:
-        if e.producer.op is self.op:
+        if id(e.producer.op) in self.ops:
             self.found.append(e)
         super().visit_ProducerLoad(e)
 
@@ -111,7 +113,7 @@ def infer_bounds(
     for st in stages:
         for other in stages:
             if other is not st and other in bodies:
-                v = _Loads(st.op)
+                v = _Loads(st)
                 for e in bodies[other]:
                     v.visit(e)
                 if v.found:
@@ -200,7 +202,7 @@ def _region(
         cop = c.op
         assert isinstance(cop, ComputeOp)
         vmap: dict[Var, Expr] = {iv.var: cb.root_value(iv) for iv in cop.axis + cop.reduce_axis}
-        v = _Loads(op)
+        v = _Loads(st)
         for e in bodies[c]:
             v.visit(e)
         for ld in v.found:

@@ -36,7 +36,7 @@ def prefetch_stmts(lw: Lowering, st: Stage, iv: IterVar, items: list[tuple[Tenso
     dom = {x.var: Interval.from_range(const(0), b.ext[x]) for x in inner}
     out: list[Stmt] = []
     for tensor, offset in items:
-        finder = _Loads(tensor.op)
+        finder = _Loads(lw.sch[tensor])
         for e in lw.bodies[st]:
             finder.visit(e)
         if not finder.found:

@@ -120,7 +120,7 @@ class Lowering:
     def _reads_tensor(self, reader: Stage, st: Stage) -> bool:
         from .bound import _Loads
 
-        v = _Loads(st.op)
+        v = _Loads(st)
         for e in self.bodies.get(reader, []):
             v.visit(e)
         return bool(v.found)
