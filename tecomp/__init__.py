@@ -58,6 +58,13 @@ def build(sch: Any, args: Any = None, target: Any = "llvm", name: str = "main",
     return _build(sch, args, target=target, name=name, debug=debug)
 
 
+def load_extern_library(path: str) -> None:
+    """Load a shared library so kernels can call its C functions (te.call_extern, intrinsics)."""
+    from .codegen.llvm_jit import load_extern_library as _load
+
+    _load(path)
+
+
 def __getattr__(name: str) -> Any:
     # runtime is imported lazily so `import tecomp` stays fast
     if name == "runtime":
@@ -69,6 +76,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CodegenError", "Expr", "FloorDiv", "FloorMod", "LoweringError", "ScheduleError",
-    "TecompError", "build", "const", "floordiv", "floormod", "indexdiv", "indexmod", "lower",
+    "TecompError", "build", "const", "load_extern_library", "floordiv", "floormod", "indexdiv", "indexmod", "lower",
     "te",
 ]

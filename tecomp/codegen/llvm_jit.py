@@ -193,3 +193,20 @@ __all__ = [
     "parse_and_optimize",
     "target_machine",
 ]
+
+
+def load_extern_library(path: str) -> None:
+    """Make the C symbols of the shared library ``path`` callable from JIT-compiled kernels.
+
+    Needed for ``te.call_extern`` / tensor intrinsics that call C functions which are not
+    already part of the process.
+    """
+    import os
+
+    if not os.path.exists(path):
+        raise TecompError(f"extern library {path!r} does not exist")
+    ensure_llvm_initialized()
+    try:
+        llvm.load_library_permanently(path)
+    except RuntimeError as e:
+        raise TecompError(f"could not load extern library {path!r}: {e}") from e

@@ -31,10 +31,13 @@ class _Mismatch(Exception):
 
 
 class _Matcher:
-    def __init__(self, ivars: set[Var]) -> None:
-        self.ivars = ivars
+    def __init__(self, ivars: dict[Var, Expr]) -> None:
+        self.ivars = set(ivars)
+        self.ranges = {v: (const(0), ext) for v, ext in ivars.items()}
         self.tmap: dict[Tensor, Tensor] = {}  # intrinsic placeholder -> stage tensor
-        self.origin: dict[Tensor, list[Expr]] = {}
+        self.origin: dict[Tensor, list[Expr]] = {}  # tile origin, one entry per stage dim
+        # (stage dim, intrinsic dim) pairs the tile spans, in order
+        self.dims: dict[Tensor, list[tuple[int, int]]] = {}
 
     def match(self, a: Any, b: Any) -> None:
         if isinstance(a, ProducerLoad) and isinstance(b, ProducerLoad):
@@ -78,21 +81,29 @@ class _Matcher:
             self.tmap[t_in] = t_stage
         elif prev is not t_stage:
             raise _Mismatch(f"{t_in.name} maps to both {prev.name} and {t_stage.name}")
-        if len(a.indices) != len(b.indices):
-            raise _Mismatch(f"rank of {t_stage.name} vs {t_in.name}")
-        zero = {v: const(0, v.dtype) for v in self.ivars}
-        org = []
-        for ia, ib in zip(a.indices, b.indices):
-            diff = simplify(ia - ib)
+        sa = [simplify(i, self.ranges) for i in a.indices]
+        sb = [simplify(i, self.ranges) for i in b.indices]
+        # dimensions the tile spans: those whose index moves with the intrinsic's axes
+        da = [d for d, i in enumerate(sa) if free_vars(i) & self.ivars]
+        db = [d for d, i in enumerate(sb) if free_vars(i) & self.ivars]
+        if len(da) != len(db):
+            raise _Mismatch(f"{t_stage.name} spans {len(da)} dimensions, {t_in.name} {len(db)}")
+        for d_a, d_b in zip(da, db):
+            diff = simplify(sa[d_a] - sb[d_b], self.ranges)
             if free_vars(diff) & self.ivars:
-                raise _Mismatch(f"index {ia} of {t_stage.name} does not follow {ib}")
-            org.append(simplify(substitute(ia, zero)))
+                raise _Mismatch(f"index {sa[d_a]} of {t_stage.name} does not follow {sb[d_b]}")
+        zero = {v: const(0, v.dtype) for v in self.ivars}
+        org = [simplify(substitute(i, zero)) for i in sa]
         old = self.origin.get(t_in)
         if old is None:
             self.origin[t_in] = org
-        elif any(not isinstance(simplify(x - y), IntImm) or simplify(x - y).value != 0  # type: ignore[attr-defined]
-                 for x, y in zip(old, org)):
+            self.dims[t_in] = list(zip(da, db))
+        elif any(not _is_zero(simplify(x - y)) for x, y in zip(old, org)):
             raise _Mismatch(f"{t_in.name} is read at two different tiles")
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, IntImm) and e.value == 0
 
 
 def tensorize_stmt(lw: Lowering, st: Stage, pos: int, intrin: TensorIntrin) -> Stmt:
@@ -135,7 +146,7 @@ def tensorize_stmt(lw: Lowering, st: Stage, pos: int, intrin: TensorIntrin) -> S
         raise err(f"the region has {len(spatial)} spatial and {len(reduce_)} reduction loops, "
                   f"the intrinsic {len(ispatial)} and {len(ireduce)}")
     vmap: dict[Var, Expr] = {}
-    ivars: set[Var] = set()
+    ivars: dict[Var, Expr] = {}
     for group, igroup in ((spatial, ispatial), (reduce_, ireduce)):
         for r, ia in zip(group, igroup):
             leaf = parts[r][1]
@@ -144,7 +155,7 @@ def tensorize_stmt(lw: Lowering, st: Stage, pos: int, intrin: TensorIntrin) -> S
             if not (isinstance(e1, IntImm) and isinstance(e2, IntImm) and e1.value == e2.value):
                 raise err(f"loop '{leaf.name}' has extent {e1}, the intrinsic axis '{ia.name}' {e2}")
             vmap[r.var] = simplify(b.root_min[r] + parts[r][0]) + ia.var
-            ivars.add(ia.var)
+            ivars[ia.var] = e2
     for r in op.axis + op.reduce_axis:
         if r.var not in vmap:
             vmap[r.var] = simplify(b.root_min[r] + parts[r][0])
@@ -167,14 +178,28 @@ def tensorize_stmt(lw: Lowering, st: Stage, pos: int, intrin: TensorIntrin) -> S
         if ts is None:
             raise err(f"intrinsic input {t.name} is not read")
         buf, mins = lw.buffer_of(ts)
-        org = tuple(simplify(o - mn) for o, mn in zip(m.origin[t], mins))
-        ins.append(TensorRegion(buf, org, tuple(t.shape), _strides(buf)))
+        org = [simplify(o - mn) for o, mn in zip(m.origin[t], mins)]
+        ins.append(_region(buf, org, m.dims[t], tuple(t.shape)))
     outs = []
+    span = [d for d, r in enumerate(op.axis) if parts[r][1] is not None]
+    idims = [d for d, a in enumerate(iop.axis) if not _is_one(a)]
     for k in range(op.num_outputs):
         buf = lw.buffers[(st, k)]
-        org = tuple(simplify(parts[r][0]) for r in op.axis)
-        outs.append(TensorRegion(buf, org, tuple(iop.output(k).shape), _strides(buf)))
+        org = [simplify(parts[r][0]) for r in op.axis]
+        outs.append(_region(buf, org, list(zip(span, idims)), tuple(iop.output(k).shape)))
     return intrin.implement(ins, outs)
+
+
+def _region(buf: Any, origin: list[Expr], dims: list[tuple[int, int]], shape: tuple[Expr, ...]) -> TensorRegion:
+    """The tile at ``origin``; intrinsic dim ``j`` walks buffer dim ``i`` for (i, j) in dims."""
+    strides = _strides(buf)
+    off: Expr = const(0)
+    for o, s in zip(origin, strides):
+        off = off + o * s
+    tile = [const(0)] * len(shape)  # unit dimensions of the intrinsic never move
+    for i, j in dims:
+        tile[j] = strides[i]
+    return TensorRegion(buf, simplify(off), shape, tuple(tile))
 
 
 def _subst_reduce(x: Reduce, vmap: dict[Var, Expr]) -> Reduce:

@@ -26,13 +26,15 @@ from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 class TensorRegion:
     """A tile of a real buffer as seen by an intrinsic implementation.
 
-    ``origin`` is the element index of the tile's first element in each dimension, ``strides``
-    the buffer's element strides; ``vload``/``vstore``/``access_ptr`` address relative to the
-    tile origin.
+    ``elem_offset`` is the flat element offset of the tile's first element in ``buffer``;
+    ``shape`` and ``strides`` (in elements) are the tile's own dimensions, i.e. those of the
+    intrinsic's placeholder (buffer dimensions the tile does not span are squeezed out, as in
+    TVM). ``vload``/``vstore``/``access_ptr`` address relative to the tile origin; check
+    ``strides`` before assuming a dimension is contiguous.
     """
 
     buffer: Buffer
-    origin: tuple[Expr, ...]
+    elem_offset: Expr
     shape: tuple[Expr, ...]
     strides: tuple[Expr, ...]
 
@@ -44,27 +46,26 @@ class TensorRegion:
     def name(self) -> str:
         return self.buffer.name
 
-    def _abs(self, idx: Sequence[Any]) -> tuple[Expr, ...]:
-        if len(idx) != len(self.origin):
-            raise TecompError(
-                f"tensor region {self.name}: expected {len(self.origin)} indices, got {len(idx)}"
-            )
-        return tuple(o + to_expr(i) for o, i in zip(self.origin, idx))
-
     def offset(self, idx: Sequence[Any]) -> Expr:
-        """Flat element offset of ``idx`` (relative to the tile) in the underlying buffer."""
-        flat: Expr = const(0)
-        for i, s in zip(self._abs(idx), self.strides):
-            flat = flat + i * s
-        return flat
+        """Flat element offset of tile index ``idx`` in the underlying buffer."""
+        if len(idx) != len(self.shape):
+            raise TecompError(
+                f"tensor region {self.name}: expected {len(self.shape)} indices, got {len(idx)}"
+            )
+        flat: Expr = self.elem_offset
+        for i, s in zip(idx, self.strides):
+            flat = flat + to_expr(i) * s
+        from ..arith.simplify import simplify
+
+        return simplify(flat)
 
     def access_ptr(self, mode: str = "r", offset: Sequence[Any] | None = None) -> Expr:
         """Pointer to the tile's first element (or to ``offset`` within the tile)."""
-        idx = offset if offset is not None else [0] * len(self.origin)
+        idx = offset if offset is not None else [0] * len(self.shape)
         return Call("handle", "address_of", (BufferLoad(self.buffer, (self.offset(idx),)),))
 
     def vload(self, idx: Sequence[Any], lanes: int = 1) -> Expr:
-        """Load ``lanes`` consecutive elements starting at ``idx`` (last dimension contiguous)."""
+        """Load ``lanes`` consecutive elements of the buffer starting at tile index ``idx``."""
         off = self.offset(idx)
         if lanes == 1:
             return BufferLoad(self.buffer, (off,))
