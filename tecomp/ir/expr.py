@@ -429,7 +429,7 @@ def to_expr(v: object, like: str | None = None) -> Expr:
             el = dt.element(like)
             if isinstance(pv, float) and not dt.is_float(el):
                 return const(pv)
-            return const(pv, el)
+            return const(pv, el)  # type: ignore[arg-type]
         return const(pv)  # type: ignore[arg-type]
     raise TecompError(f"cannot use {v!r} of type {type(v).__name__} in an expression")
 

@@ -140,9 +140,9 @@ def infer_bounds(
             # never compute points that do not exist.
             for iv in op.axis:
                 assert iv.dom is not None
-                v = b.root_value(iv)
-                b.conds.append(LT(v, iv.dom.min + iv.dom.extent))
-                b.conds.append(LT(iv.dom.min - 1, v))
+                rv = b.root_value(iv)
+                b.conds.append(LT(rv, iv.dom.min + iv.dom.extent))
+                b.conds.append(LT(iv.dom.min - 1, rv))
         out[st] = b
     return out
 

@@ -473,10 +473,9 @@ class Schedule:
 
 def create_schedule(ops: Operation | Tensor | Sequence[Operation | Tensor]) -> Schedule:
     """A default schedule (every stage at root, loops in declaration order) for ``ops``."""
-    if not isinstance(ops, (list, tuple)):
-        ops = [ops]
-    out = []
-    for o in ops:
+    items: Sequence[Operation | Tensor] = ops if isinstance(ops, (list, tuple)) else [ops]  # type: ignore[list-item]
+    out: list[Operation] = []
+    for o in items:
         op = o.op if isinstance(o, Tensor) else o
         if not isinstance(op, (ComputeOp, PlaceholderOp)):
             raise ScheduleError(f"create_schedule: expected an operation or tensor, got {o!r}")

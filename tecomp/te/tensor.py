@@ -286,9 +286,8 @@ class ExternOp(Operation):
 
 def placeholder(shape: Sequence[ExprLike] | ExprLike, dtype: str = "float32", name: str = "placeholder") -> Tensor:
     """An input tensor of ``shape`` (ints or symbolic `te.var`s)."""
-    if not isinstance(shape, (tuple, list)):
-        shape = (shape,)
-    dims = tuple(_dim(s, name, k) for k, s in enumerate(shape))
+    seq_shape = shape if isinstance(shape, (tuple, list)) else (shape,)
+    dims = tuple(_dim(s, name, k) for k, s in enumerate(seq_shape))
     return PlaceholderOp(name, dims, dt.canonical(dtype)).output(0)
 
 
@@ -313,9 +312,8 @@ def compute(
     Returns one Tensor, or a list of Tensors when ``fcompute`` returns a tuple (e.g. argmax
     with a tuple comm_reducer).
     """
-    if not isinstance(shape, (tuple, list)):
-        shape = (shape,)
-    dims = tuple(_dim(s, name, k) for k, s in enumerate(shape))
+    seq_shape = shape if isinstance(shape, (tuple, list)) else (shape,)
+    dims = tuple(_dim(s, name, k) for k, s in enumerate(seq_shape))
     params = list(inspect.signature(fcompute).parameters.values())
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         names = [f"i{k}" for k in range(len(dims))]
