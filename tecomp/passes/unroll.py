@@ -1,6 +1,6 @@
 """Unroll loops: UNROLLED loops are replicated; ``auto_unroll_max_step`` unrolls small nests.
 
-``pragma(axis, "auto_unroll_max_step", N)`` unrolls every constant-extent loop inside ``axis``
+``pragma(axis, "auto_unroll_max_step", N)`` unrolls ``axis`` and every constant-extent loop inside it
 whose whole nest executes at most N iterations of its body, like TVM's pass of that name.
 """
 
@@ -65,12 +65,13 @@ class Unroll(StmtMutator):
         if step is not None:
             self.auto_max = int(step)
         body = self.visit_stmt(s.body)
-        self.auto_max = saved
         ext = _const_extent(s)
         want = s.kind == ForKind.UNROLLED
+        # the annotated loop itself is in the budget too (TVM: the pragma wraps the loop)
         if not want and self.auto_max and s.kind == ForKind.SERIAL and ext is not None:
             steps = _Steps().count(body)
             want = steps is not None and steps * ext <= self.auto_max
+        self.auto_max = saved
         if want and ext is not None and ext <= MAX_UNROLL:
             m = simplify(s.min)
             return seq(*[substitute(body, {s.var: const(m.value + k, s.var.dtype)})  # type: ignore[attr-defined]
