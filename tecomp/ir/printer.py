@@ -81,7 +81,12 @@ def _stmt(s: S.Stmt, ind: int, out: list[str]) -> None:
     if isinstance(s, S.For):
         ann = "".join(f" {k}={v}" for k, v in s.annotations)
         head = s.kind.value
-        rng = f"{expr_str(s.min)}, {expr_str(s.extent)}" if not E.is_const_int(s.min, 0) else expr_str(s.extent)
+        if E.is_const_int(s.min, 0):
+            rng = expr_str(s.extent)
+        elif isinstance(s.min, E.IntImm) and isinstance(s.extent, E.IntImm):
+            rng = f"{s.min.value}, {s.min.value + s.extent.value}"
+        else:  # Python's range(start, stop): stop = min + extent
+            rng = f"{expr_str(s.min)}, {_p(s.min, 5)} + {_p(s.extent, 5, right=True)}"
         out.append(f"{pad}{head} {s.var.name} in range({rng}){ann}:")
         _stmt(s.body, ind + 1, out)
     elif isinstance(s, S.BufferStore):

@@ -114,7 +114,7 @@ class Lowering:
         for b in self.params:
             for d in b.shape:
                 for v in sorted(free_vars(d), key=lambda x: x.name):
-                    if v not in self.dim_vars:
+                    if all(v is not x for x in self.dim_vars):  # identity: == builds IR
                         self.dim_vars.append(v)
 
     def _reads_tensor(self, reader: Stage, st: Stage) -> bool:
