@@ -157,6 +157,11 @@ class Lowering:
     def lower(self) -> PrimFunc:
         roots = [st for st in self.stages if st.attach_type == "root"]
         for st in self.stages:
+            if st.double_buffer_:
+                raise LoweringError(
+                    f"stage {st.name}: double_buffer hides global-memory latency of shared-memory "
+                    "stages on GPUs; CPU builds have no such stage (use prefetch instead)"
+                )
             for iv, a in st.iter_var_attrs.items():
                 if a.bind_thread is not None:
                     raise LoweringError(
