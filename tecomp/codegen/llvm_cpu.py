@@ -54,6 +54,7 @@ class ErrorCode(enum.IntEnum):
     OK = 0
     OUT_OF_BOUNDS = 1  # debug build: details in the module's out-of-bounds record
     ALLOC_FAILED = 2  # a heap-allocated local buffer could not be allocated
+    DIV_BY_ZERO = 3  # an integer division or modulo by a zero divisor (data, not a constant)
 
 
 @dataclass
@@ -415,6 +416,8 @@ class CodegenCPU(MemoryMixin):
         if c is None and self._mask is not None and _lanes_of(self._mask) == dt.lanes(d):
             # Masked-off lanes of a vector Select side may hold a zero divisor: x86 traps.
             b = bld.select(self._mask, b, const(d, 1))
+        if c is None:
+            b = self._checked_divisor(a, b, d, signed)
         if not signed:
             return bld.udiv(a, b) if k in (E.Div, E.FloorDiv) else bld.urem(a, b)
         if k is E.Div:
@@ -437,6 +440,24 @@ class CodegenCPU(MemoryMixin):
         if k is E.FloorDiv:
             return bld.add(bld.sdiv(a, b), bld.sext(adj, a.type))
         return bld.select(adj, bld.add(r, b), r)
+
+    def _checked_divisor(self, a: ir.Value, b: ir.Value, d: str, signed: bool) -> ir.Value:
+        # x86 traps on a zero divisor and on INT_MIN / -1, killing the whole process. Report a
+        # zero divisor through the error slot (ZeroDivisionError) and divide by 1 instead;
+        # INT_MIN / 1 is also the wrapped result of INT_MIN / -1 (and INT_MIN % 1 == 0).
+        bld = self.b
+        zero = bld.icmp_unsigned("==", b, const(d, 0))
+        fix = zero
+        if signed:
+            lo = -(1 << (dt.bits(d) - 1))
+            fix = bld.or_(zero, bld.and_(bld.icmp_signed("==", a, const(d, lo)),
+                                         bld.icmp_signed("==", b, const(d, -1))))
+        n = _lanes_of(zero)
+        any_zero = zero if n == 1 else bld.icmp_unsigned(
+            "!=", bld.bitcast(zero, ir.IntType(n)), ir.Constant(ir.IntType(n), 0))
+        with bld.if_then(any_zero, likely=False):
+            bld.atomic_rmw("xchg", self.st.err, ir.Constant(I32, ErrorCode.DIV_BY_ZERO), "monotonic")
+        return bld.select(fix, const(d, 1), b)
 
     def _compare(self, e: E.CmpOp) -> ir.Value:
         a, b = self._operands(e)

@@ -81,7 +81,36 @@ def target_machine(target: Target) -> llvm.TargetMachine:
     MCJIT takes ownership of the TargetMachine it is given, so engines get a fresh one
     (`_create_tm`) and this cached instance is never handed to an engine.
     """
+    if target.cpu and target != Target.host():
+        _check_cpu_name(target)
     return _create_tm(target, jit=False)
+
+
+def _check_cpu_name(target: Target) -> None:
+    # LLVM only warns on stderr about an unknown -mcpu, then aborts the whole process when it
+    # generates x86-64 code for the feature-less CPU. llvmlite cannot list CPU names, so
+    # create a throwaway TargetMachine with stderr captured and look for that warning.
+    import os
+    import tempfile
+
+    ensure_llvm_initialized()
+    try:
+        llvm_target = llvm.Target.from_triple(target.triple)
+    except RuntimeError:
+        return  # reported with a clear message by _create_tm
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            llvm_target.create_target_machine(cpu=target.cpu, features="", opt=0)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+    if "not a recognized processor" in text:
+        raise TecompError(f"target '{target}': LLVM does not know the CPU {target.cpu!r} "
+                          f"(-mcpu) for triple {target.triple}")
 
 
 def data_layout(target: Target) -> str:
@@ -126,9 +155,10 @@ class JITModule:
             load_openmp()
         self.ir_text = ir_text
         self.target = target
-        mod = parse_and_optimize(ir_text, target)
+        self._run_target = _runnable(target)
+        mod = parse_and_optimize(ir_text, self._run_target)
         _check_symbols(mod)
-        self._engine = llvm.create_mcjit_compiler(mod, _create_tm(target, jit=True))
+        self._engine = llvm.create_mcjit_compiler(mod, _create_tm(self._run_target, jit=True))
         self._engine.finalize_object()
 
     def function_address(self, name: str) -> int:
@@ -145,12 +175,31 @@ class JITModule:
         if fmt == "ll-unopt":
             return self.ir_text
         if fmt in ("ll", "llvm"):
-            return str(parse_and_optimize(self.ir_text, self.target))
+            return str(parse_and_optimize(self.ir_text, self._run_target))
         if fmt in ("asm", "s"):
-            return target_machine(self.target).emit_assembly(
-                parse_and_optimize(self.ir_text, self.target)
+            return target_machine(self._run_target).emit_assembly(
+                parse_and_optimize(self.ir_text, self._run_target)
             )
         raise ValueError(f"unknown source format {fmt!r}; expected 'll', 'asm' or 'll-unopt'")
+
+
+def _runnable(target: Target) -> Target:
+    """``target`` with every feature this CPU lacks switched off.
+
+    A named -mcpu implies features llvmlite cannot list (sapphirerapids: avx512fp16); code
+    using one this CPU lacks dies on SIGILL. The host's feature string names each missing
+    feature as ``-feat``, so appending those keeps the CPU's tuning and stays runnable.
+    """
+    host = Target.host()
+    if target == host:
+        return target
+    named = {f[1:] for f in target.features.split(",") if f}
+    off = [f for f in host.features.split(",") if f.startswith("-") and f[1:] not in named]
+    if not off:
+        return target
+    import dataclasses
+
+    return dataclasses.replace(target, features=",".join(x for x in (target.features, *off) if x))
 
 
 def _check_symbols(mod: llvm.ModuleRef) -> None:

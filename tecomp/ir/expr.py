@@ -429,6 +429,14 @@ def to_expr(v: object, like: str | None = None) -> Expr:
             el = dt.element(like)
             if isinstance(pv, float) and not dt.is_float(el):
                 return const(pv)
+            if dt.is_int(el) and isinstance(pv, int) and not isinstance(pv, bool):
+                import numpy as np
+
+                info = np.iinfo(el)
+                if not info.min <= pv <= info.max:  # would wrap silently; numpy 2 raises too
+                    raise TecompError(f"the Python integer {pv} does not fit in {el}, the dtype "
+                                      f"of the other operand; cast that operand first "
+                                      f"(e.g. x.astype('int64'))")
             return const(pv, el)  # type: ignore[arg-type]
         return const(pv)  # type: ignore[arg-type]
     raise TecompError(f"cannot use {v!r} of type {type(v).__name__} in an expression")

@@ -136,7 +136,7 @@ class Lowering:
                 shape = tuple(b.buf_ext)
                 strides: tuple[Expr, ...] = ()
                 if st.storage_align_:
-                    strides = _aligned_strides(shape, st.storage_align_)
+                    strides = _aligned_strides(shape, st.storage_align_, st)
                 buf = Buffer(op.output(k).name.replace(".", "_"), shape, op.output(k).dtype,
                              strides=strides, scope="local")
                 self.buffers[(st, k)] = buf
@@ -328,7 +328,8 @@ def _guard(conds: list[Expr], body: Stmt) -> Stmt:
     return IfThenElse(c, body)
 
 
-def _aligned_strides(shape: tuple[Expr, ...], align: dict[int, tuple[int, int]]) -> tuple[Expr, ...]:
+def _aligned_strides(shape: tuple[Expr, ...], align: dict[int, tuple[int, int]],
+                     st: Stage) -> tuple[Expr, ...]:
     strides: list[Expr] = [const(1)] * len(shape)
     acc: Expr = const(1)
     for d in range(len(shape) - 1, -1, -1):
@@ -337,7 +338,9 @@ def _aligned_strides(shape: tuple[Expr, ...], align: dict[int, tuple[int, int]])
             # round the natural stride up to k * factor + offset
             s = simplify(acc)
             if not isinstance(s, IntImm):
-                raise ScheduleError("storage_align needs constant inner extents")
+                ax = st.op.axis[d].name  # type: ignore[attr-defined]
+                raise ScheduleError(f"stage {st.name}: storage_align of axis '{ax}' needs constant "
+                                    f"extents inside it, got a row of {s} elements")
             k = -(-(s.value - offset) // factor)
             acc = const(max(k * factor + offset, s.value))
         strides[d] = acc

@@ -11,6 +11,7 @@ descriptions (`ParamSpec`) are plain data so they can be stored in a JSON manife
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,41 @@ class ParamSpec:
     shape: tuple[int | str, ...]
     output: bool = False
 
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON data (library manifests, tuning records); `from_json` reads it back."""
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
+                "output": self.output}
 
+    @staticmethod
+    def from_json(data: Any) -> ParamSpec:
+        """Validate and rebuild a spec written by `to_json`; ValueError names the bad field.
+
+        Shape expressions are evaluated at every call, and the data may come from a file, so
+        only arithmetic over names is accepted: no attribute access, strings or subscripts.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"a parameter must be a JSON object, got {data!r}")
+        name, dtype, shape = data.get("name"), data.get("dtype"), data.get("shape")
+        output = data.get("output", False)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"parameter 'name' must be a non-empty string, got {name!r}")
+        if not isinstance(dtype, str) or dtype not in dt.SCALAR_DTYPES:
+            raise ValueError(f"parameter {name!r}: 'dtype' must be one of "
+                             f"{', '.join(dt.SCALAR_DTYPES)}, got {dtype!r}")
+        if not isinstance(shape, list):
+            raise ValueError(f"parameter {name!r}: 'shape' must be a list, got {shape!r}")
+        for s in shape:
+            ok = (isinstance(s, int) and not isinstance(s, bool) and s >= 0) or (
+                isinstance(s, str) and _SHAPE_EXPR.match(s) is not None)
+            if not ok:
+                raise ValueError(f"parameter {name!r}: shape entry {s!r} is neither an extent "
+                                 "nor an arithmetic expression over dim names")
+        if not isinstance(output, bool):
+            raise ValueError(f"parameter {name!r}: 'output' must be true or false")
+        return ParamSpec(name, dtype, tuple(shape), output)
+
+
+_SHAPE_EXPR = re.compile(r"^[A-Za-z0-9_+\-*/%(), ]+$")
 _CONST, _BIND, _CHECK = 0, 1, 2
 
 

@@ -10,7 +10,7 @@ import ctypes
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import TecompError
@@ -135,6 +135,50 @@ class Function:
         return evaluate
 
 
+class OOBRecord(ctypes.Structure):
+    """Where a debug build reports its first out-of-bounds access of a call.
+
+    Mirrors ``codegen.memory._OOB_TYPE`` ({claimed, buffer id, flat index, extent}); defined
+    here, without llvmlite, because JIT modules and loaded libraries both read it.
+    """
+
+    _fields_ = [("claimed", ctypes.c_int32), ("buffer", ctypes.c_int32),
+                ("index", ctypes.c_int64), ("extent", ctypes.c_int64)]
+
+
+class ErrorDecoder:
+    """Turns a kernel's nonzero return code into the exception to raise.
+
+    Shared by JIT-built and loaded kernels so both raise the same exceptions. ``codes`` maps
+    code -> name (``OUT_OF_BOUNDS``, ``ALLOC_FAILED``): the JIT passes codegen's ErrorCode, a
+    library its manifest, so a library keeps meaning what its writer meant. Holds ``owner``
+    (the JIT engine or the loaded library, which own the memory of ``oob``) rather than the
+    module, so module -> Function -> decoder has no cycle and the code is freed with the last
+    Function.
+    """
+
+    def __init__(self, kernel: str, codes: Mapping[int, str], oob: OOBRecord | None,
+                 buffers: Sequence[str], owner: object = None) -> None:
+        self._kernel, self._codes, self._oob = kernel, dict(codes), oob
+        self._buffers, self._owner = list(buffers), owner
+
+    def __call__(self, rc: int) -> Exception:
+        what = self._codes.get(rc)
+        rec = self._oob
+        if what == "OUT_OF_BOUNDS" and rec is not None and rec.claimed:
+            names = self._buffers
+            buf = names[rec.buffer] if 0 <= rec.buffer < len(names) else f"#{rec.buffer}"
+            msg = (f"out-of-bounds access to buffer '{buf}': flat index {rec.index} "
+                   f"not in [0, {rec.extent})")
+            rec.claimed = 0  # first error wins per call; re-arm for the next one
+            return IndexError(msg)
+        if what == "ALLOC_FAILED":
+            return MemoryError(f"kernel {self._kernel}: could not allocate a local buffer")
+        if what == "DIV_BY_ZERO":
+            return ZeroDivisionError(f"kernel {self._kernel}: integer division or modulo by zero")
+        return TecompError(f"kernel {self._kernel} failed with error code {rc}")
+
+
 def function_from_address(name: str, address: int, params: Sequence[ParamSpec],
                           dim_names: Sequence[str], owner: object = None,
                           on_error: ErrorHandler | None = None,
@@ -144,4 +188,4 @@ def function_from_address(name: str, address: int, params: Sequence[ParamSpec],
     return Function(name, address, checker, owner, on_error)
 
 
-__all__ = ["BenchmarkResult", "Function", "function_from_address"]
+__all__ = ["BenchmarkResult", "ErrorDecoder", "Function", "OOBRecord", "function_from_address"]

@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
-import ctypes
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..codegen.llvm_cpu import CodegenCPU, ErrorCode
 from ..codegen.llvm_jit import JITModule
@@ -17,38 +18,13 @@ from ..codegen.target import Target
 from ..errors import TecompError
 from ..ir.stmt import PrimFunc
 from .args import ArgChecker, specs_from_primfunc
-from .cpu import BenchmarkResult, Function
+from .cpu import BenchmarkResult, ErrorDecoder, Function, OOBRecord
 
+if TYPE_CHECKING:
+    from .export import LibraryFiles
 
-class _OOBRecord(ctypes.Structure):
-    # Mirrors memory._OOB_TYPE: {claimed, buffer id, flat index, extent}.
-    _fields_ = [("claimed", ctypes.c_int32), ("buffer", ctypes.c_int32),
-                ("index", ctypes.c_int64), ("extent", ctypes.c_int64)]
-
-
-class _ErrorDecoder:
-    """Turns a kernel's nonzero return code into the exception to raise.
-
-    Holds the JIT module (not the Module) so that Module -> Function -> decoder has no cycle
-    and the machine code is freed as soon as the last Module/Function is dropped.
-    """
-
-    def __init__(self, jit: JITModule, kernel: str, oob: _OOBRecord | None,
-                 buffers: list[str]) -> None:
-        self._jit, self._kernel, self._oob, self._buffers = jit, kernel, oob, buffers
-
-    def __call__(self, rc: int) -> Exception:
-        rec = self._oob
-        if rc == ErrorCode.OUT_OF_BOUNDS and rec is not None and rec.claimed:
-            names = self._buffers
-            buf = names[rec.buffer] if 0 <= rec.buffer < len(names) else f"#{rec.buffer}"
-            msg = (f"out-of-bounds access to buffer '{buf}': flat index {rec.index} "
-                   f"not in [0, {rec.extent})")
-            rec.claimed = 0  # first error wins per call; re-arm for the next one
-            return IndexError(msg)
-        if rc == ErrorCode.ALLOC_FAILED:
-            return MemoryError(f"kernel {self._kernel}: could not allocate a local buffer")
-        return TecompError(f"kernel {self._kernel} failed with error code {rc}")
+# code -> name, the vocabulary ErrorDecoder (and an exported library's manifest) speaks
+ERROR_CODES: dict[int, str] = {int(c): c.name for c in ErrorCode}
 
 
 class Module:
@@ -60,22 +36,26 @@ class Module:
     """
 
     def __init__(self, jit: JITModule, funcs: Sequence[PrimFunc], debug_buffers: Sequence[str],
-                 oob_record: str | None) -> None:
+                 oob_record: str | None, uses_openmp: bool = False) -> None:
         self._jit = jit
         self.target = jit.target
         self.debug = oob_record is not None
-        oob: _OOBRecord | None = None
+        # what export_library needs to rebuild the same kernels as a shared object
+        self.uses_openmp = uses_openmp
+        self.oob_record_name = oob_record
+        oob: OOBRecord | None = None
         if oob_record is not None:
             addr = jit.global_address(oob_record)
-            oob = _OOBRecord.from_address(addr) if addr else None
+            oob = OOBRecord.from_address(addr) if addr else None
         names = list(debug_buffers)
+        self.debug_buffers = names
         self._functions: dict[str, Function] = {}
         for f in funcs:
             specs, dims = specs_from_primfunc(f)
             checker = ArgChecker(f.name, specs, dims, check_overlap=f.attrs.get("noalias", True))
             self._functions[f.name] = Function(
                 f.name, jit.function_address(f.name), checker, owner=jit,
-                on_error=_ErrorDecoder(jit, f.name, oob, names))
+                on_error=ErrorDecoder(f.name, ERROR_CODES, oob, names, owner=jit))
         self.entry_name = funcs[0].name if len(funcs) == 1 else None
 
     # access -----------------------------------------------------------------------------------
@@ -116,6 +96,22 @@ class Module:
         """``"ll"`` optimised LLVM IR, ``"asm"`` assembly, ``"ll-unopt"`` IR as generated."""
         return self._jit.get_source(fmt)
 
+    def export_library(self, path: str | os.PathLike[str],
+                       provenance: Mapping[str, Any] | None = None,
+                       kernel_provenance: Mapping[str, Mapping[str, Any]] | None = None,
+                       linker: str | None = None, libs: Sequence[str] = ()) -> LibraryFiles:
+        """Write ``path`` (a shared object), a C header and a JSON manifest next to it.
+
+        `tecomp.runtime.load_module` loads the result without the compiler; C programs include
+        the header. ``provenance`` (e.g. ``{"log": ..., "record_hash": ...,
+        "measured_time_s": ...}``) describes the library, ``kernel_provenance`` each kernel.
+        See `tecomp.runtime.export.export_module` for ``linker`` and ``libs``.
+        """
+        from .export import export_module
+
+        return export_module(self, path, provenance=provenance,
+                             kernel_provenance=kernel_provenance, linker=linker, libs=libs)
+
     def __repr__(self) -> str:
         return f"<tecomp.Module [{', '.join(self._functions)}] target='{self.target}'>"
 
@@ -135,7 +131,7 @@ def build_cpu(funcs: Sequence[PrimFunc], target: str | Target | None = "llvm",
         cg.add_function(f)
     jit = JITModule(str(cg.module), tgt, uses_openmp=cg.uses_openmp)
     rec = cg.oob_record_name if debug and cg.oob_record_name in cg.module.globals else None
-    return Module(jit, funcs, cg.debug_buffers, rec)
+    return Module(jit, funcs, cg.debug_buffers, rec, uses_openmp=cg.uses_openmp)
 
 
 __all__ = ["BenchmarkResult", "Function", "Module", "build_cpu"]

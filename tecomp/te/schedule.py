@@ -135,9 +135,15 @@ class Stage:
         k = self._leaf_index(parent, "split")
         if (factor is None) == (nparts is None):
             raise self._err(f"split of '{parent.name}': give exactly one of factor= or nparts=")
-        val = to_expr(factor if factor is not None else nparts)
+        from numbers import Integral
+
+        from ..ir import dtype as dt
         from ..ir.expr import IntImm
 
+        raw = factor if factor is not None else nparts
+        val = to_expr(raw) if isinstance(raw, (Integral, Expr)) else None
+        if val is None or not dt.is_int(val.dtype) or dt.lanes(val.dtype) != 1:
+            raise self._err(f"split of '{parent.name}': factor/nparts must be an integer, got {raw!r}")
         if isinstance(val, IntImm) and val.value <= 0:
             raise self._err(f"split of '{parent.name}': factor/nparts must be positive, got {val.value}")
         outer = self._new_iv(parent.name + ".outer", parent.kind)
@@ -406,8 +412,12 @@ class Schedule:
         reader_stages = [self[r] for r in readers]
         if not reader_stages:
             raise ScheduleError(f"cache_read of {tensor.name}: give at least one reader")
+        # Readers load the tensor through whichever op of ``src`` they were declared with (an
+        # earlier cache_read/cache_write/rfactor may have replaced src.op since).
+        src_ops = [o for o, s2 in self._by_op.items() if s2 is src]
         for rs in reader_stages:
-            if not any(x.op is cur.op and x.value_index == cur.value_index for x in rs.op.input_tensors):
+            if not any(self._by_op.get(x.op) is src and x.value_index == cur.value_index
+                       for x in rs.op.input_tensors):
                 raise ScheduleError(f"cache_read: stage {rs.name} does not read {tensor.name}")
         first = min(reader_stages, key=self.stages.index)
         st = Stage(cache_op, self)
@@ -416,7 +426,7 @@ class Schedule:
         for rs in reader_stages:
             op = rs.op
             assert isinstance(op, ComputeOp)
-            m = _ReplaceLoads({(id(cur.op), cur.value_index): cache_t})
+            m = _ReplaceLoads({(id(o), cur.value_index): cache_t for o in src_ops})
             new_op = ComputeOp(op.name, op.axis, [m.visit(b) for b in op.body], op.tag, op.attrs)
             new_op.reduce_axis = op.reduce_axis
             self._replace_op(rs, new_op, keep_axes=True)
