@@ -72,6 +72,8 @@ class ParamSpec:
 
 
 _SHAPE_EXPR = re.compile(r"^[A-Za-z0-9_+\-*/%(), ]+$")
+# the only names a shape expression may call (what _py_expr emits for Min/Max/Div)
+_SHAPE_NS: dict[str, object] = {"__builtins__": {}, "min": min, "max": max, "int": int}
 _CONST, _BIND, _CHECK = 0, 1, 2
 
 
@@ -146,7 +148,7 @@ class ArgChecker:
         want = self._shape_text[i]
         if env and self._static[i] is None:
             try:
-                conc = tuple(s if isinstance(s, int) else eval(s, {"__builtins__": {}}, env)
+                conc = tuple(s if isinstance(s, int) else eval(s, _SHAPE_NS, env)
                              for s in self.params[i].shape)
                 want += f" = {conc}"
             except NameError:
@@ -215,7 +217,7 @@ class ArgChecker:
         if self._checks:  # extents computed from dims, e.g. (n - 2)
             env = dict(zip(self.dim_names, dims, strict=True))
             for i, ax, code in self._checks:
-                if arrays[i].shape[ax] != eval(code, {"__builtins__": {}}, env):
+                if arrays[i].shape[ax] != eval(code, _SHAPE_NS, env):
                     raise self._shape_error(i, arrays[i].shape, dims)
         if self.check_overlap and self._outputs:
             self._check_overlap(arrays, cargs)

@@ -460,3 +460,16 @@ def test_header_names_are_valid_c() -> None:
         from tecomp.runtime.export import _check_kernel_names
 
         _check_kernel_names(["double"])
+
+
+def test_shape_with_min_max_is_checked_at_call_time():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((te.max(n - 2, 1),), lambda i: A[i] * 2, name="B")
+    f = tc.build(te.create_schedule(B.op), [A, B])
+    a = np.arange(5, dtype="float32")
+    b = np.zeros(3, "float32")
+    f(a, b)
+    np.testing.assert_array_equal(b, a[:3] * 2)
+    with pytest.raises(ValueError, match=r"max\(\(n - 2\), 1\)"):
+        f(a, np.zeros(4, "float32"))
