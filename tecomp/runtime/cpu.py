@@ -188,4 +188,50 @@ def function_from_address(name: str, address: int, params: Sequence[ParamSpec],
     return Function(name, address, checker, owner, on_error)
 
 
-__all__ = ["BenchmarkResult", "ErrorDecoder", "Function", "OOBRecord", "function_from_address"]
+class KernelSet:
+    """The access surface shared by JIT-built modules and loaded libraries.
+
+    Subclasses fill ``_functions`` (name -> Function) and ``entry_name`` (the only kernel, or
+    None) and say in ``_where`` what to call themselves in error messages.
+    """
+
+    _functions: dict[str, Function]
+    entry_name: str | None
+    _where: str = "this module"
+
+    def __getitem__(self, name: str) -> Function:
+        try:
+            return self._functions[name]
+        except KeyError:
+            raise KeyError(f"no kernel {name!r} in {self._where}; it has "
+                           f"{', '.join(self._functions)}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._functions
+
+    @property
+    def function_names(self) -> list[str]:
+        return list(self._functions)
+
+    def get_function(self, name: str) -> Function:
+        return self[name]
+
+    @property
+    def entry_func(self) -> Function:
+        if self.entry_name is None:
+            raise TecompError(f"{self._where} has several kernels ({', '.join(self._functions)}); "
+                              "pick one with mod['name']")
+        return self._functions[self.entry_name]
+
+    def __call__(self, *args: object) -> None:
+        self.entry_func(*args)
+
+    def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0,
+                       name: str | None = None) -> Callable[..., BenchmarkResult]:
+        """`Function.time_evaluator` of the kernel ``name`` (default: the entry kernel)."""
+        f = self[name] if name is not None else self.entry_func
+        return f.time_evaluator(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+
+
+__all__ = ["BenchmarkResult", "ErrorDecoder", "Function", "KernelSet", "OOBRecord",
+           "function_from_address"]

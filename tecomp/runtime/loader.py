@@ -27,14 +27,14 @@ import platform
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import TecompError
 from .args import ArgChecker, ParamSpec
-from .cpu import BenchmarkResult, ErrorDecoder, Function, OOBRecord
+from .cpu import ErrorDecoder, Function, KernelSet, OOBRecord
 
 SCHEMA = "tecomp-library"
 SCHEMA_VERSION = 1
@@ -285,7 +285,7 @@ def _dlopen(library: Path, blob: bytes, sha: str) -> ctypes.CDLL:
 # the module ------------------------------------------------------------------------------
 
 
-class LoadedModule:
+class LoadedModule(KernelSet):
     """Kernels of an exported library, callable like a freshly built `tecomp.Module`.
 
     ``lib["mm"]`` is a `Function` (argument checks, DLPack inputs, ``time_evaluator``);
@@ -332,40 +332,8 @@ class LoadedModule:
                                       manifest.debug_buffers, owner=handle))
         self.entry_name = manifest.kernels[0].name if len(manifest.kernels) == 1 else None
         self._kernel_provenance = {k.name: k.provenance for k in manifest.kernels}
+        self._where = f"library {path}"
 
-    # the same access surface as Module ----------------------------------------------------------
-    def __getitem__(self, name: str) -> Function:
-        try:
-            return self._functions[name]
-        except KeyError:
-            raise KeyError(f"no kernel {name!r} in {self.path}; it has "
-                           f"{', '.join(self._functions)}") from None
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._functions
-
-    @property
-    def function_names(self) -> list[str]:
-        return list(self._functions)
-
-    def get_function(self, name: str) -> Function:
-        return self[name]
-
-    @property
-    def entry_func(self) -> Function:
-        if self.entry_name is None:
-            raise TecompError(f"library {self.path} has several kernels "
-                              f"({', '.join(self._functions)}); pick one with lib['name']")
-        return self._functions[self.entry_name]
-
-    def __call__(self, *args: object) -> None:
-        self.entry_func(*args)
-
-    def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0,
-                       name: str | None = None) -> Callable[..., BenchmarkResult]:
-        """`Function.time_evaluator` of the kernel ``name`` (default: the entry kernel)."""
-        f = self[name] if name is not None else self.entry_func
-        return f.time_evaluator(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
 
     def kernel_provenance(self, name: str) -> dict[str, Any] | None:
         """How kernel ``name`` was obtained (tuning log, record hash, measured time), if known."""

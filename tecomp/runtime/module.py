@@ -18,7 +18,7 @@ from ..codegen.target import Target
 from ..errors import TecompError
 from ..ir.stmt import PrimFunc
 from .args import ArgChecker, specs_from_primfunc
-from .cpu import BenchmarkResult, ErrorDecoder, Function, OOBRecord
+from .cpu import BenchmarkResult, ErrorDecoder, Function, KernelSet, OOBRecord
 
 if TYPE_CHECKING:
     from .export import LibraryFiles
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 ERROR_CODES: dict[int, str] = {int(c): c.name for c in ErrorCode}
 
 
-class Module:
+class Module(KernelSet):
     """Kernels compiled together into one JIT engine.
 
     ``mod["name"]`` is a `Function`; calling the module calls its only kernel (or the one
@@ -57,40 +57,6 @@ class Module:
                 f.name, jit.function_address(f.name), checker, owner=jit,
                 on_error=ErrorDecoder(f.name, ERROR_CODES, oob, names, owner=jit))
         self.entry_name = funcs[0].name if len(funcs) == 1 else None
-
-    # access -----------------------------------------------------------------------------------
-    def __getitem__(self, name: str) -> Function:
-        try:
-            return self._functions[name]
-        except KeyError:
-            raise KeyError(f"no kernel {name!r} in this module; it has "
-                           f"{', '.join(self._functions)}") from None
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._functions
-
-    @property
-    def function_names(self) -> list[str]:
-        return list(self._functions)
-
-    def get_function(self, name: str) -> Function:
-        return self[name]
-
-    @property
-    def entry_func(self) -> Function:
-        if self.entry_name is None:
-            raise TecompError(f"module has several kernels ({', '.join(self._functions)}); "
-                              "pick one with mod['name'] or set entry_name")
-        return self._functions[self.entry_name]
-
-    def __call__(self, *args: object) -> None:
-        self.entry_func(*args)
-
-    def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0,
-                       name: str | None = None):  # type: ignore[no-untyped-def]
-        """`Function.time_evaluator` of the kernel ``name`` (default: the entry kernel)."""
-        f = self[name] if name is not None else self.entry_func
-        return f.time_evaluator(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
 
     def get_source(self, fmt: str = "ll") -> str:
         """``"ll"`` optimised LLVM IR, ``"asm"`` assembly, ``"ll-unopt"`` IR as generated."""
