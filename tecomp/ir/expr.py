@@ -470,6 +470,11 @@ def binop(cls: type[BinaryOp], a: ExprLike, b: ExprLike) -> Expr:
     ea = to_expr(a, b.dtype if isinstance(b, Expr) else None)
     eb = to_expr(b, ea.dtype)
     ea, eb = promote(ea, eb)
+    if dt.is_bool(ea.dtype) and cls not in (Min, Max):
+        raise TecompError(
+            f"arithmetic ({cls.__name__}) on bool values {ea} and {eb}: use & / | / ~ for logic, "
+            "or cast first (x.astype('int32'))"
+        )
     return cls(ea, eb)
 
 

@@ -599,3 +599,15 @@ def test_get_source_and_time_evaluator(row_sum_kernel):
         row_sum_kernel.time_evaluator(number=0)
     with pytest.raises(TypeError, match=r"takes 2 array arguments"):
         row_sum_kernel.time_evaluator()(a)
+
+
+def test_bool_arithmetic_is_rejected_at_declaration():
+    A = te.placeholder((4,), "bool", name="A")
+    with pytest.raises(tc.TecompError, match=r"arithmetic \(Add\) on bool"):
+        te.compute((4,), lambda i: A[i] + A[i], name="B")
+    B = te.compute((4,), lambda i: A[i].astype("int32") + A[i].astype("int32"), name="B")
+    f = tc.build(te.create_schedule(B.op), [A, B])
+    a = np.array([True, False, True, True])
+    b = np.zeros(4, "int32")
+    f(a, b)
+    np.testing.assert_array_equal(b, a.astype("int32") * 2)
