@@ -20,7 +20,7 @@ from ..ir.expr import (
     Var,
     const,
 )
-from ..ir.functor import ExprMutator, StmtMutator, free_vars, substitute
+from ..ir.functor import ExprMutator, StmtMutator, StmtVisitor, free_vars, substitute
 from ..ir.stmt import (
     Allocate,
     BufferStore,
@@ -173,6 +173,15 @@ class Lowering:
             for buf in self.local_allocs.get(st, []):
                 body = Allocate(buf, body)
         body = _PlainVars().visit_stmt(body)
+        unbound = _Unbound(self.dim_vars)
+        unbound.visit_stmt(body)
+        if unbound.found:
+            names = ", ".join(sorted(v.name for v in unbound.found))
+            raise LoweringError(
+                f"{self.name}: the computation uses variable(s) {names} that are not a dimension "
+                "of any argument; scalar parameters are not supported yet (pass the value in a "
+                "1-element tensor), and symbolic sizes must appear in an argument's shape"
+            )
         fn = PrimFunc(self.name, self.params, body, self.dim_vars)
         fn.attrs["outputs"] = self.outputs
         return fn
@@ -316,6 +325,30 @@ class _PlainVars(StmtMutator):
         assert isinstance(s2, LetStmt)
         v = self.visit_Var(s.var)
         return s2 if v is s.var else LetStmt(v, s2.value, s2.body)  # type: ignore[arg-type]
+
+
+class _Unbound(StmtVisitor):
+    """Variables used but bound by nothing: no loop, no let, no argument dimension."""
+
+    def __init__(self, dims: list[Var]) -> None:
+        self.bound: set[Var] = set(dims)
+        self.found: set[Var] = set()
+
+    def visit_Var(self, e: Var) -> None:
+        if e not in self.bound and e.dtype != "handle":
+            self.found.add(e)
+
+    def visit_For(self, s: For) -> None:
+        self.bound.add(s.var)
+        super().visit_For(s)
+
+    def visit_LetStmt(self, s: LetStmt) -> None:
+        self.bound.add(s.var)
+        super().visit_LetStmt(s)
+
+    def visit_Let(self, e: Any) -> None:
+        self.bound.add(e.var)
+        super().visit_Let(e)
 
 
 def _guard(conds: list[Expr], body: Stmt) -> Stmt:

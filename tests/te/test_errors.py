@@ -611,3 +611,11 @@ def test_bool_arithmetic_is_rejected_at_declaration():
     b = np.zeros(4, "int32")
     f(a, b)
     np.testing.assert_array_equal(b, a.astype("int32") * 2)
+
+
+def test_unbound_scalar_variable_is_a_clear_error():
+    A = te.placeholder((4,), name="A")
+    alpha = te.var("alpha", "float32")
+    B = te.compute((4,), lambda i: A[i] * alpha, name="B")
+    with pytest.raises(tc.TecompError, match="alpha.*not a dimension of any argument"):
+        tc.build(te.create_schedule(B.op), [A, B])
