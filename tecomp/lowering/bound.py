@@ -25,9 +25,9 @@ from ..ir.expr import (
     Var,
     const,
 )
-from ..ir.functor import ExprVisitor, substitute
+from ..ir.functor import ExprVisitor, free_vars, substitute
 from ..te.schedule import Schedule, SplitRel, Stage
-from ..te.tensor import ComputeOp, IterVar, IterVarKind
+from ..te.tensor import AxisVar, ComputeOp, IterVar, IterVarKind
 
 
 @dataclass
@@ -226,8 +226,18 @@ def _region(
         if not isinstance(ex, IntImm):
             _, ub = const_bounds(ex, fixed_ranges)
             dom_ub = const_bounds(iv.dom.extent, fixed_ranges)[1]
+            narrowed = False
             if ub is not None:
+                narrowed = dom_ub is not None and dom_ub < ub
                 ex = const(ub if dom_ub is None else min(ub, dom_ub))
+            elif any(isinstance(v, AxisVar) for v in free_vars(ex)):
+                narrowed = True
+                ex = iv.dom.extent  # an allocation cannot depend on the loops around it
+            if narrowed:
+                # The window is narrower than the reads; those outside the domain happen only
+                # in branches never taken (if_then_else padding), so start the window inside
+                # the domain, else it would stop short of the reads near its top.
+                mn = simplify(Max(mn, iv.dom.min))  # type: ignore[arg-type]
         assert mn is not None
         mins.append(mn)
         exts.append(ex)
