@@ -10,7 +10,7 @@ from .ir.stmt import PrimFunc
 from .te.schedule import Schedule
 
 
-def _normalize(sch: Any, args: Any, name: str) -> list[PrimFunc]:
+def _normalize(sch: Any, args: Any, name: str, debug: bool = False) -> list[PrimFunc]:
     from .lowering import lower
 
     if isinstance(sch, PrimFunc):
@@ -18,7 +18,7 @@ def _normalize(sch: Any, args: Any, name: str) -> list[PrimFunc]:
     if isinstance(sch, Schedule):
         if args is None:
             raise TecompError("build: pass the argument tensors, e.g. tc.build(s, [A, B, C])")
-        return [lower(sch, args, name=name)]
+        return [lower(sch, args, name=name, debug=debug)]
     if isinstance(sch, (list, tuple)):
         funcs: list[PrimFunc] = []
         for k, item in enumerate(sch):
@@ -30,7 +30,7 @@ def _normalize(sch: Any, args: Any, name: str) -> list[PrimFunc]:
                     f"build: item {k} must be a (schedule, args, name) triple, got {item!r}"
                 )
             s, a, n = item
-            funcs.append(lower(s, a, name=n))
+            funcs.append(lower(s, a, name=n, debug=debug))
         names = [f.name for f in funcs]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -59,7 +59,7 @@ def build(
     """
     from .codegen.target import Target
 
-    funcs = _normalize(sch, args, name)
+    funcs = _normalize(sch, args, name, debug)
     for f in funcs:
         _check_name(f.name)
     tgt = Target.parse(target)

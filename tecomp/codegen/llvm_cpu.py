@@ -589,6 +589,8 @@ class CodegenCPU(MemoryMixin):
             return self.address_of(e)
         if e.name == "prefetch" and not e.extern:
             return self.emit_prefetch(e)
+        if e.name == "debug_oob_axis" and not e.extern:
+            return self.emit_axis_oob(e)
         if e.extern:
             return self._extern_call(e)
         if e.name not in MATH_NAMES:

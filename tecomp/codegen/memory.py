@@ -306,6 +306,23 @@ class MemoryMixin:
         return ir.Constant(I32, 0)
 
     # debug bounds checks --------------------------------------------------------------------
+    def emit_axis_oob(self, e: E.Call) -> ir.Value:
+        """Report ``index`` outside ``[0, extent)`` on one axis (passes/bounds_check.py).
+
+        The axis travels in the high half of the record's buffer id (``id | (axis+1) << 16``),
+        so the record layout, which exported C headers describe, stays the same.
+        """
+        load, _name, axis, index, extent = e.args
+        assert isinstance(load, E.BufferLoad) and isinstance(axis, E.IntImm)
+        if not self.debug:
+            return ir.Constant(I32, 0)
+        info = self.binding(load.buffer)
+        code = ir.Constant(I32, info.id | ((axis.value + 1) << 16))
+        idx = to_i64(self.b, self.expr(index), index.dtype)
+        ext = to_i64(self.b, self.expr(extent), extent.dtype)
+        self.b.call(self._oob_reporter(), [code, idx, ext, self.st.err])
+        return ir.Constant(I32, 0)
+
     def _bounds(self, info: BufBinding, el: str, idx: ir.Value, idx_dtype: str, lanes: int,
                 contiguous: bool, vmask: ir.Value | None
                 ) -> tuple[ir.Value, Callable[[], ir.Value]]:

@@ -10,8 +10,12 @@ from ..te.schedule import Schedule
 from .schedule_ops import lower_schedule
 
 
-def lower(sch: Schedule, args: Sequence[Any], name: str = "main", passes: bool = True) -> PrimFunc:
-    """Lower ``sch`` with parameters ``args``; ``passes=False`` returns the raw loop nest."""
+def lower(sch: Schedule, args: Sequence[Any], name: str = "main", passes: bool = True,
+          debug: bool = False) -> PrimFunc:
+    """Lower ``sch`` with parameters ``args``; ``passes=False`` returns the raw loop nest.
+
+    ``debug=True`` adds a bounds check per axis of every multi-dimensional access.
+    """
     from ..errors import TecompError
 
     if not isinstance(sch, Schedule):
@@ -22,7 +26,7 @@ def lower(sch: Schedule, args: Sequence[Any], name: str = "main", passes: bool =
     if passes:
         from ..passes.pipeline import run_pipeline
 
-        func = run_pipeline(func)
+        func = run_pipeline(func, debug=debug)
     return func
 
 

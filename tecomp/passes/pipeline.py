@@ -30,7 +30,18 @@ PIPELINE: list[tuple[str, Pass]] = [
 ]
 
 
-def run_pipeline(func: PrimFunc, passes: list[tuple[str, Pass]] | None = None) -> PrimFunc:
-    for _name, p in passes if passes is not None else PIPELINE:
+def debug_pipeline() -> list[tuple[str, Pass]]:
+    """PIPELINE with per-axis bounds checks inserted while indices are still N-dimensional."""
+    from .bounds_check import insert_axis_checks
+
+    at = [name for name, _ in PIPELINE].index("flatten")
+    return [*PIPELINE[:at], ("axis_checks", insert_axis_checks), *PIPELINE[at:]]
+
+
+def run_pipeline(func: PrimFunc, passes: list[tuple[str, Pass]] | None = None,
+                 debug: bool = False) -> PrimFunc:
+    if passes is None:
+        passes = debug_pipeline() if debug else PIPELINE
+    for _name, p in passes:
         func = p(func)
     return func

@@ -167,9 +167,14 @@ class ErrorDecoder:
         rec = self._oob
         if what == "OUT_OF_BOUNDS" and rec is not None and rec.claimed:
             names = self._buffers
-            buf = names[rec.buffer] if 0 <= rec.buffer < len(names) else f"#{rec.buffer}"
-            msg = (f"out-of-bounds access to buffer '{buf}': flat index {rec.index} "
-                   f"not in [0, {rec.extent})")
+            bid, axis = rec.buffer & 0xFFFF, (rec.buffer >> 16) - 1  # axis >= 0: a per-axis check
+            buf = names[bid] if 0 <= bid < len(names) else f"#{bid}"
+            if axis >= 0:
+                msg = (f"out-of-bounds access to buffer '{buf}': index {rec.index} on axis {axis} "
+                       f"not in [0, {rec.extent})")
+            else:
+                msg = (f"out-of-bounds access to buffer '{buf}': flat index {rec.index} "
+                       f"not in [0, {rec.extent})")
             rec.claimed = 0  # first error wins per call; re-arm for the next one
             return IndexError(msg)
         if what == "ALLOC_FAILED":

@@ -683,6 +683,15 @@ class _Compiler:
     def _call(self, e: E.Call) -> ExprFn:
         if e.name == "address_of":
             return self._address_of(e)
+        if e.name == "debug_oob_axis":  # passes/bounds_check.py: an index outside its axis
+            _, name, axis, index, extent = e.args
+            fi, fx = self.expr(index), self.expr(extent)
+
+            def oob(env: Env) -> Any:
+                raise IndexError(f"out-of-bounds access to buffer {name.value!r}: index "  # type: ignore[attr-defined]
+                                 f"{fi(env)} on axis {axis.value} not in [0, {fx(env)})")  # type: ignore[attr-defined]
+
+            return oob
         args = [self.expr(a) for a in e.args]
         if e.name == "prefetch":
             return lambda env: 0

@@ -554,14 +554,25 @@ def test_debug_build_in_bounds_is_silent_and_correct():
     np.testing.assert_allclose(b, a[:-2] + a[2:])
 
 
-@pytest.mark.xfail(strict=True, reason="debug bounds checks are on the flattened index only: a "
-                   "row overflow that stays inside the allocation is not reported")
 def test_debug_out_of_bounds_on_one_axis():
     A = te.placeholder((8, 8), name="A")
     B = te.compute((7, 8), lambda i, j: A[i, j + 1], name="B")  # A[i, 8] for j = 7
-    f = tc.build(te.create_schedule(B.op), [A, B], debug=True)
-    with pytest.raises(IndexError, match=r"buffer 'A'"):
+    s = te.create_schedule(B.op)
+    f = tc.build(s, [A, B], debug=True)
+    with pytest.raises(IndexError, match=r"buffer 'A': index 8 on axis 1 not in \[0, 8\)"):
         f(rand((8, 8)), np.zeros((7, 8), "float32"))
+    from tecomp.lowering import lower
+
+    with pytest.raises(IndexError, match=r"index 8 on axis 1"):  # the interpreter agrees
+        interp.run(lower(s, [A, B], debug=True), rand((8, 8)), np.zeros((7, 8), "float32"))
+    # padding reads under a false if_then_else condition are not errors
+    P = te.compute((10, 10), lambda i, j: te.if_then_else(
+        te.all(i >= 1, i < 9, j >= 1, j < 9), A[i - 1, j - 1], 0.0), name="P")
+    sp = te.create_schedule(P.op)
+    sp[P].vectorize(sp[P].op.axis[1])
+    p = np.zeros((10, 10), "float32")
+    tc.build(sp, [A, P], debug=True)(np.ones((8, 8), "float32"), p)
+    assert p.sum() == 64
 
 
 # the surface around a compiled kernel -------------------------------------------------------------
