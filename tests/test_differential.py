@@ -251,11 +251,10 @@ class Gen:
         return self.draw(st.sampled_from(xs))
 
     def run(self) -> Program:
-        pool = [Dim(v, v) for v in self.draw(st.lists(st.sampled_from(EXTENTS), min_size=2, max_size=3))]
+        self.pool = [Dim(v, v) for v in self.draw(st.lists(st.sampled_from(EXTENTS), min_size=2, max_size=3))]
         if self.chance(0.25):
             self.prog.n = te.var("n")
-            pool.append(Dim(self.prog.n, self.draw(st.integers(1, 20))))
-        self.pool = pool
+            self.pool.append(Dim(self.prog.n, self.draw(st.integers(1, 20))))
         for k in range(self.draw(st.integers(1, 4))):
             self.stage(k)
         p = self.prog
@@ -691,16 +690,21 @@ class Sched:
         g, log = self.g, self.log
         leaves = X.leaf_iter_vars
         taken = set()
+        # vectorize: mostly the innermost spatial loop (any spatial loop of constant extent is
+        # legal: inner loops run with vector bodies); parallel: mostly the outermost loop
         sp = [iv for iv in leaves if iv.kind == IterVarKind.DATA_PAR]
-        if sp and self.ext.get(sp[-1]) and g.chance(0.4):
-            X.vectorize(sp[-1])
-            taken.add(sp[-1])
-            log.append(f"s[{X.name}].vectorize({sp[-1].name})")
-        if (X.attach_type == "root" and leaves and leaves[0].kind == IterVarKind.DATA_PAR
-                and leaves[0] not in taken and g.chance(0.3)):
-            X.parallel(leaves[0])
-            taken.add(leaves[0])
-            log.append(f"s[{X.name}].parallel({leaves[0].name})")
+        vec = [iv for iv in sp if self.ext.get(iv)]
+        if vec and g.chance(0.4):
+            iv = vec[-1] if g.chance(0.7) else g.pick(vec)
+            X.vectorize(iv)
+            taken.add(iv)
+            log.append(f"s[{X.name}].vectorize({iv.name})")
+        par = [iv for iv in sp if iv not in taken]
+        if X.attach_type == "root" and par and g.chance(0.3):
+            iv = leaves[0] if leaves[0] in par and g.chance(0.7) else g.pick(par)
+            X.parallel(iv)
+            taken.add(iv)
+            log.append(f"s[{X.name}].parallel({iv.name})")
         # explicit unrolls of big nests only make LLVM slow: keep them to <= 64 body copies
         free = [iv for k, iv in enumerate(leaves) if iv not in taken and self.ext.get(iv)
                 and math.prod(self.ext.get(x) or 99 for x in leaves[k:]) <= 64]
@@ -725,15 +729,11 @@ class Sched:
 
 
 def _inputs(p: Program, seed: int) -> dict[str, np.ndarray]:
+    """Ints in [-8, 8]; floats are multiples of 1/4 in [-3, 3] (what makes exactness provable)."""
     rng = np.random.default_rng(seed)
-    out = {}
-    for name, dims, dtype in p.inputs:
-        shape = tuple(d.val for d in dims)
-        if dtype == "int32":
-            out[name] = rng.integers(-8, 9, shape).astype(np.int32)
-        else:
-            out[name] = (rng.integers(-12, 13, shape) / 4).astype(np.float32)
-    return out
+    return {name: rng.integers(-8, 9, [d.val for d in dims]).astype(np.int32) if dtype == "int32"
+            else (rng.integers(-12, 13, [d.val for d in dims]) / 4).astype(np.float32)
+            for name, dims, dtype in p.inputs}
 
 
 def _compare(what: str, p: Program, got: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> None:

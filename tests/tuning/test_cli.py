@@ -1,0 +1,60 @@
+"""The ``tecomp`` command line: tune -> show-log -> export -> load without the compiler."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+import tecomp as tc
+from tuning.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_tune_show_export_load(tmp_path, capsys):
+    log = tmp_path / "mm.jsonl"
+    assert main(["tune", "matmul", "--args", "32", "48", "64", "--trials", "6", "--log", str(log)]) == 0
+    assert log.exists() and len(log.read_text().splitlines()) == 6
+    assert main(["show-log", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "matmul(32, 48, 64)" in out and "GFLOP/s" in out
+    assert main(["export", "--log", str(log), "-o", str(tmp_path / "out")]) == 0
+    lib = tc.runtime.load_module(str(tmp_path / "out" / "kernels.so"))
+    f = lib["matmul_32_48_64"]
+    rng = np.random.default_rng(0)
+    a, b = rng.random((32, 48), dtype=np.float32), rng.random((48, 64), dtype=np.float32)
+    c = np.zeros((32, 64), np.float32)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4)
+    assert lib.kernel_provenance("matmul_32_48_64")["log"] == str(log.resolve())
+
+
+def test_workload_from_a_user_file(tmp_path):
+    (tmp_path / "my_ops.py").write_text(textwrap.dedent("""
+        import tuning
+        from tecomp import te
+
+        @tuning.register_workload
+        def scale_add(n):
+            A = te.placeholder((n,), "float32", name="A")
+            B = te.compute((n,), lambda i: A[i] * 3.0 + 1.0, name="B")
+            return [A, B]
+    """))
+    log = tmp_path / "s.jsonl"
+    cmd = [sys.executable, "-m", "tuning.cli", "tune", f"{tmp_path / 'my_ops.py'}:scale_add",
+           "--args", "1000", "--trials", "4", "--log", str(log)]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert len(log.read_text().splitlines()) == 4
+
+
+def test_errors_are_clean(tmp_path, capsys):
+    assert main(["tune", "no_such_workload", "--trials", "1", "--log", str(tmp_path / "x")]) == 2
+    assert "unknown workload" in capsys.readouterr().err
+    assert main(["show-log", str(tmp_path / "missing.jsonl")]) == 2
+    assert main(["export", "--log", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path)]) == 2

@@ -1,0 +1,79 @@
+"""Measurement survives candidates that crash, hang or lie, and tuning goes on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tuning_faults as faults
+import tuning_workloads as wl
+
+import tuning
+from tuning.measure import LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, measure_batch
+from tuning.records import load_records
+from tuning.search import EvolutionarySearch
+from tuning.space import Candidate
+from tuning.steps import AnnotationStep, SplitStep, steps_key
+
+GOOD = (SplitStep("B", 0, (16,)), AnnotationStep("B", 1, "vectorize"))
+
+
+@pytest.fixture(scope="module")
+def pools() -> Iterator[tuple[LocalBuilder, LocalRunner]]:
+    builder, runner = LocalBuilder(n_workers=2, timeout=30), LocalRunner(timeout=2.0)
+    yield builder, runner
+    builder.close()
+    runner.close()
+
+
+def test_each_fault_gets_its_error_kind(pools: tuple[LocalBuilder, LocalRunner]) -> None:
+    builder, runner = pools
+    task = tuning.SearchTask(wl.add_one, (1000,))
+    batch = [GOOD, (faults.CrashStep("B"),), (faults.HangStep("B"),), (faults.WrongStep("B"),),
+             (SplitStep("B", 3, (2,)),), GOOD[:1]]
+    seen = []
+    results, build_s, run_s = measure_batch(builder, runner, [MeasureInput(task, s) for s in batch],
+                                            lambda i, r: seen.append(r))
+    kinds = [r.error for r in results]
+    assert kinds == [MeasureErrorNo.NO_ERROR, MeasureErrorNo.RUN_CRASH, MeasureErrorNo.RUN_TIMEOUT,
+                     MeasureErrorNo.WRONG_ANSWER, MeasureErrorNo.SCHEDULE_ERROR,
+                     MeasureErrorNo.NO_ERROR]
+    assert "SIGSEGV" in results[1].error_msg
+    assert "max abs error 0.5" in results[3].error_msg
+    assert "no leaf axis" in results[4].error_msg
+    assert results[0].valid and all(c > 0 for c in results[0].costs)
+    assert seen == results  # every result reported as it happened
+    assert runner.worker.starts >= 3  # replaced after the crash and after the hang
+    # the replacement process measures as before
+    again, _, _ = measure_batch(builder, runner, [MeasureInput(task, GOOD)])
+    assert again[0].valid
+
+
+def test_tuning_completes_despite_faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         pools: tuple[LocalBuilder, LocalRunner]) -> None:
+    builder, runner = pools
+    task = tuning.SearchTask(wl.add_one, (1000,))
+    bad = [(faults.CrashStep("B"),), (faults.HangStep("B"),), (faults.WrongStep("B"),)]
+    original = EvolutionarySearch.next_batch
+    injected = []
+
+    def next_batch(self: EvolutionarySearch, n: int) -> list[Candidate]:
+        out = original(self, n)
+        if not injected:
+            injected.append(True)
+            out = [Candidate(0, (), s, steps_key(s)) for s in bad] + out[: max(0, n - len(bad))]
+        return out
+
+    monkeypatch.setattr(EvolutionarySearch, "next_batch", next_batch)
+    log = str(tmp_path / "faults.jsonl")
+    res = tuning.tune([task], trials=8, log=log, seed=1, batch_size=4, builder=builder,
+                      runner=runner, search=tuning.SearchOptions(population=16, generations=1),
+                      progress=False)[0]
+    recs = load_records(log, task)
+    errors = {r.error.name for r in recs}
+    assert {"RUN_CRASH", "RUN_TIMEOUT", "WRONG_ANSWER", "NO_ERROR"} <= errors
+    assert len(recs) == res.trials == 8 and res.errors["RUN_CRASH"] == 1
+    best = tuning.records.best_record(log, task)  # the faulty ones are never "best"
+    assert not any(isinstance(x, (faults.CrashStep, faults.HangStep, faults.WrongStep))
+                   for x in best.steps)

@@ -1,0 +1,87 @@
+"""Records: JSON lines appended as they come, torn last lines skipped, apply_best errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tuning_workloads as wl
+
+import tecomp as tc
+from tuning import NoValidRecordError, SearchTask
+from tuning.measure import MeasureErrorNo, MeasureInput, MeasureResult
+from tuning.records import SCHEMA_VERSION, RecordWriter, best_record, load_records
+from tuning.steps import AnnotationStep, SplitStep
+
+GOOD = (SplitStep("C", 1, (8,)), AnnotationStep("C", 2, "vectorize"))
+BETTER = (SplitStep("C", 1, (4,)), AnnotationStep("C", 2, "vectorize"))
+
+
+def _write(path: Path, task: SearchTask, rows: list[tuple[tuple, MeasureResult]]) -> None:
+    with RecordWriter(str(path)) as w:
+        for steps, res in rows:
+            w.write(MeasureInput(task, steps, 0, (("C/vec", 1),)), res)
+
+
+def _ok(cost: float) -> MeasureResult:
+    return MeasureResult((cost, cost * 1.1), MeasureErrorNo.NO_ERROR)
+
+
+def test_append_load_round_trip(tmp_path: Path) -> None:
+    task = SearchTask(wl.matmul, (16, 8, 16))
+    log = tmp_path / "m.jsonl"
+    _write(log, task, [(GOOD, _ok(2e-3))])
+    _write(log, task, [(BETTER, _ok(1e-3)), ((), MeasureResult((), MeasureErrorNo.RUN_CRASH, "boom"))])
+    lines = log.read_text().splitlines()
+    assert len(lines) == 3
+    first = json.loads(lines[0])
+    assert first["v"] == SCHEMA_VERSION and first["tecomp"] == tc.__version__
+    assert first["task"]["key"] == task.workload_key and first["error"] == "NO_ERROR"
+    recs = load_records(str(log), task)
+    assert [r.steps for r in recs] == [GOOD, BETTER, ()]
+    assert recs[0].params == (("C/vec", 1),) and recs[0].costs == (2e-3, 2e-3 * 1.1)
+    assert recs[2].error == MeasureErrorNo.RUN_CRASH and recs[2].error_msg == "boom"
+    assert best_record(str(log), task).steps == BETTER
+    other = SearchTask(wl.matmul, (16, 8, 32))
+    assert load_records(str(log), other) == []
+
+
+def test_torn_last_line_is_skipped_and_next_append_is_clean(tmp_path: Path) -> None:
+    task = SearchTask(wl.matmul, (16, 8, 16))
+    log = tmp_path / "torn.jsonl"
+    _write(log, task, [(GOOD, _ok(2e-3))])
+    with open(log, "a") as f:
+        f.write(log.read_text().splitlines()[0][:57])  # a writer killed mid-line
+    with pytest.warns(RuntimeWarning, match="torn last line"):
+        assert len(load_records(str(log))) == 1
+    _write(log, task, [(BETTER, _ok(1e-3))])
+    with pytest.warns(RuntimeWarning, match="invalid JSON"):
+        recs = load_records(str(log))
+    assert [r.steps for r in recs] == [GOOD, BETTER]
+
+
+def test_apply_best_errors_are_clear(tmp_path: Path) -> None:
+    task = SearchTask(wl.matmul, (16, 8, 16))
+    with pytest.raises(NoValidRecordError, match="does not exist"):
+        task.apply_best(str(tmp_path / "missing.jsonl"))
+    log = tmp_path / "bad.jsonl"
+    _write(log, task, [(GOOD, MeasureResult((), MeasureErrorNo.WRONG_ANSWER, "off by one"))])
+    with pytest.raises(NoValidRecordError, match=r"all failed \(WRONG_ANSWER\)"):
+        task.apply_best(str(log))
+    other = SearchTask(wl.matmul, (16, 16, 16))
+    with pytest.raises(NoValidRecordError, match="none of its 1 record"):
+        other.apply_best(str(log))
+
+
+def test_apply_best_gives_a_buildable_schedule(tmp_path: Path) -> None:
+    task = SearchTask(wl.matmul, (16, 8, 16))
+    log = tmp_path / "m.jsonl"
+    _write(log, task, [(GOOD, _ok(2e-3)), (BETTER, _ok(1e-3))])
+    s, args = task.apply_best(str(log))
+    a, b = np.ones((16, 8), "float32"), np.ones((8, 16), "float32")
+    c = np.zeros((16, 16), "float32")
+    tc.build(s, args)(a, b, c)
+    np.testing.assert_allclose(c, a @ b)
+    assert ", 1, 4)]" in str(tc.lower(s, args))  # BETTER's 4-lane vectors, not GOOD's 8

@@ -1,0 +1,57 @@
+"""SearchTask: a workload key that is the same in every process, FLOP counts, clear errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tuning_workloads as wl
+
+import tuning
+from tecomp import te
+from tuning import SearchTask, TuningError
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_key_is_stable_across_processes() -> None:
+    task = SearchTask(wl.conv2d, (1, 3, 8, 8, 4, 3, 3, 1))
+    code = ("import tuning, tuning_workloads as wl; "
+            "print(tuning.SearchTask(wl.conv2d, (1, 3, 8, 8, 4, 3, 3, 1)).workload_key)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent.parent), str(HERE)]),
+               PYTHONHASHSEED="12345")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == task.workload_key
+    assert SearchTask(wl.conv2d, (1, 3, 8, 8, 4, 3, 3, 2)).workload_key != task.workload_key
+    assert SearchTask(wl.matmul, (8, 8, 8), target="llvm -mcpu=x86-64").workload_key != \
+        SearchTask(wl.matmul, (8, 8, 8)).workload_key
+
+
+def test_flop_count() -> None:
+    assert SearchTask(wl.matmul, (4, 5, 6)).flop_ct == 2 * 4 * 5 * 6
+    # conv: a multiply-add per reduction point; the inlined padding select is no arithmetic
+    assert SearchTask(wl.conv2d, (1, 3, 8, 8, 4, 3, 3, 1)).flop_ct == 2 * 4 * 8 * 8 * 3 * 3 * 3
+    # softmax: max (1 cmp), exp (sub + exp), sum (1 add), divide, per element
+    assert SearchTask(wl.softmax, (2, 10)).flop_ct == 2 * 10 * 5
+
+
+def _local_workload() -> None:
+    def inner(n: int) -> list[te.Tensor]:
+        A = te.placeholder((n,), name="A")
+        return [A, te.compute((n,), lambda i: A[i] * 2, name="B")]
+
+    tuning.register_workload(inner)
+
+
+def test_errors() -> None:
+    with pytest.raises(TuningError, match="not defined at module level"):
+        _local_workload()
+    with pytest.raises(TuningError, match="not a registered workload"):
+        SearchTask(lambda n: [], (1,))
+    with pytest.raises(TuningError, match="names must be unique"):
+        SearchTask(wl.same_names, (8,))
+    with pytest.raises(TuningError, match="symbolic extent"):
+        SearchTask(wl.symbolic, ())

@@ -1,0 +1,32 @@
+"""tuning: the auto-scheduler of tecomp.
+
+Give it a compute declaration and a target; it derives sketches from the DAG, fills them with
+tile sizes and annotations by an evolutionary search guided by a learned cost model, measures
+candidates in isolated processes (checking each against the default schedule), and logs every
+measurement so a run can be resumed and its best schedule applied later.
+
+>>> @tuning.register_workload
+... def matmul(n, k, m):
+...     A = te.placeholder((n, k), "float32", name="A")
+...     B = te.placeholder((k, m), "float32", name="B")
+...     r = te.reduce_axis((0, k), name="r")
+...     return [A, B, te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")]
+>>> task = tuning.SearchTask(matmul, args=(256, 1024, 512), target="llvm")   # doctest: +SKIP
+>>> tuning.tune([task], trials=200, log="matmul.jsonl", seed=0)              # doctest: +SKIP
+>>> s, args = task.apply_best("matmul.jsonl")                                # doctest: +SKIP
+
+`tuning` imports tecomp; tecomp never imports tuning.
+"""
+
+from .cost_model import CostModel, RandomModel, XGBModel
+from .measure import LocalBuilder, LocalRunner, MeasureErrorNo
+from .records import NoValidRecordError, load_records
+from .search import SearchOptions
+from .task import SearchTask, TuningError, register_workload
+from .tune import TuneResult, tune
+
+__all__ = [
+    "CostModel", "LocalBuilder", "LocalRunner", "MeasureErrorNo", "NoValidRecordError",
+    "RandomModel", "SearchOptions", "SearchTask", "TuneResult", "TuningError", "XGBModel",
+    "load_records", "register_workload", "tune",
+]

@@ -1,0 +1,209 @@
+"""The ``tecomp`` command: tune a workload, inspect a log, export the best kernels.
+
+    tecomp tune matmul --args 512 512 512 --trials 64 --log mm.jsonl
+    tecomp tune my_ops.py:gelu --args 4096 --log gelu.jsonl
+    tecomp show-log mm.jsonl
+    tecomp export --log mm.jsonl -o out/          # out/kernels.so + kernels.h + kernels.json
+
+A workload is the name of a standard one (``tuning.workloads``: matmul, batch_matmul, conv2d,
+depthwise_conv2d, softmax) or ``path/to/file.py:function`` for a function decorated with
+``@tuning.register_workload`` there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .task import SearchTask, TuningError
+
+
+def resolve_workload(spec: str) -> Callable[..., Any]:
+    """A registered workload function from a standard name or ``file.py:function``."""
+    from . import workloads
+
+    if spec in workloads.STANDARD:
+        return workloads.STANDARD[spec]
+    if ":" not in spec:
+        raise TuningError(f"unknown workload {spec!r}: use one of {', '.join(workloads.STANDARD)} "
+                          "or path/to/file.py:function")
+    path_s, func_name = spec.rsplit(":", 1)
+    path = Path(path_s).resolve()
+    if not path.is_file() or path.suffix != ".py":
+        raise TuningError(f"workload file {path_s!r} is not a Python file")
+    # Measurement workers import the workload by module name: make the file's folder importable
+    # here and in every process spawned from here.
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (folder, os.environ.get("PYTHONPATH", "")) if p)
+    module = importlib.import_module(path.stem)
+    func = getattr(module, func_name, None)
+    if func is None:
+        raise TuningError(f"{path} defines no function {func_name!r}")
+    return func  # type: ignore[no-any-return]
+
+
+def _parse_args(values: Sequence[str]) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for v in values:
+        try:
+            out.append(int(v))
+        except ValueError:
+            try:
+                out.append(float(v))
+            except ValueError:
+                out.append(v)
+    return tuple(out)
+
+
+def cmd_tune(ns: argparse.Namespace) -> int:
+    from .tune import tune
+
+    func = resolve_workload(ns.workload)
+    task = SearchTask(func, _parse_args(ns.args), target=ns.target)
+    (res,) = tune([task], trials=ns.trials, log=ns.log, seed=ns.seed)
+    print(f"{task.name}: best {res.best_gflops:.1f} GFLOP/s after {ns.trials} trials; log: {ns.log}")
+    return 0
+
+
+def _group(path: str) -> dict[str, list[Any]]:
+    from .records import iter_records
+
+    if not os.path.exists(path):
+        raise TuningError(f"tuning log {path!r} does not exist")
+    groups: dict[str, list[Any]] = {}
+    for r in iter_records(path):
+        groups.setdefault(r.task_key, []).append(r)
+    return groups
+
+
+def _task_of(rec: Any) -> SearchTask | None:
+    try:
+        return SearchTask.from_json({"workload": rec.workload, "args": list(rec.args),
+                                     "target": rec.target})
+    except (TuningError, ImportError, TypeError):
+        return None
+
+
+def cmd_show_log(ns: argparse.Namespace) -> int:
+    for w in ns.workload or []:
+        resolve_workload(w)
+    groups = _group(ns.log)
+    if not groups:
+        print(f"{ns.log}: no records")
+        return 0
+    rows = [("task", "target", "records", "valid", "errors", "best ms", "GFLOP/s")]
+    for recs in groups.values():
+        r0 = recs[0]
+        valid = [r for r in recs if r.valid]
+        errs: dict[str, int] = {}
+        for r in recs:
+            if not r.valid:
+                errs[r.error.name] = errs.get(r.error.name, 0) + 1
+        best = min((r.mean for r in valid), default=float("nan"))
+        task = _task_of(r0)
+        gf = f"{task.flop_ct / best / 1e9:.1f}" if task is not None and valid else "-"
+        name = f"{r0.workload.split(':')[-1]}{tuple(r0.args)}"
+        rows.append((name, r0.target, str(len(recs)), str(len(valid)),
+                     ", ".join(f"{k}={v}" for k, v in sorted(errs.items())) or "-",
+                     f"{best * 1e3:.3f}" if valid else "-", gf))
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    for k, row in enumerate(rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
+    return 0
+
+
+def _kernel_name(task: SearchTask) -> str:
+    base = task.workload.split(":")[-1].split(".")[-1]
+    args = "_".join(str(a).replace(".", "p").replace("-", "m") for a in task.args)
+    return f"{base}_{args}" if args else base
+
+
+def cmd_export(ns: argparse.Namespace) -> int:
+    import tecomp as tc
+
+    from .records import best_record
+
+    for w in ns.workload or []:
+        resolve_workload(w)
+    groups = _group(ns.log)
+    items, prov = [], {}
+    for recs in groups.values():
+        task = _task_of(recs[0])
+        if task is None:
+            print(f"skipping {recs[0].workload}{tuple(recs[0].args)}: workload not importable "
+                  "(pass --workload file.py:function)", file=sys.stderr)
+            continue
+        if not any(r.valid for r in recs):
+            print(f"skipping {task.name}: no valid record", file=sys.stderr)
+            continue
+        rec = best_record(ns.log, task)
+        s, args = task.apply_steps(rec.steps)
+        name = _kernel_name(task)
+        items.append((s, args, name))
+        blob = json.dumps({"task": task.workload_key, "steps": [repr(x) for x in rec.steps]},
+                          sort_keys=True)
+        prov[name] = {"log": os.path.abspath(ns.log), "record_hash": hashlib.sha256(blob.encode()).hexdigest(),
+                      "measured_time_s": rec.mean, "workload": task.workload, "args": list(task.args)}
+    if not items:
+        raise TuningError(f"{ns.log}: no task with a valid record to export")
+    targets = {t.target for t in (_task_of(r[0]) for r in groups.values()) if t is not None}
+    if len(targets) > 1:
+        raise TuningError(f"{ns.log} mixes targets {sorted(targets)}; export them separately")
+    lib = tc.build(items, target=targets.pop())
+    out = Path(ns.output)
+    out.mkdir(parents=True, exist_ok=True)
+    files = lib.export_library(str(out / f"{ns.name}.so"), provenance={"log": os.path.abspath(ns.log)},
+                               kernel_provenance=prov)
+    names = ", ".join(i[2] for i in items)
+    print(f"exported {len(items)} kernel(s) ({names}) to {files.library} "
+          f"(+ {files.header.name}, {files.manifest.name})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tecomp", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("tune", help="tune a workload on this machine")
+    t.add_argument("workload", help="standard workload name or path/to/file.py:function")
+    t.add_argument("--args", nargs="*", default=[], help="workload arguments (shapes)")
+    t.add_argument("--target", default="llvm")
+    t.add_argument("--trials", type=int, default=200)
+    t.add_argument("--log", default="tecomp_tune.jsonl")
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(fn=cmd_tune)
+    s = sub.add_parser("show-log", help="best record per task of a tuning log, as a table")
+    s.add_argument("log")
+    s.add_argument("--workload", action="append", help="file.py:function to import (repeatable)")
+    s.set_defaults(fn=cmd_show_log)
+    e = sub.add_parser("export", help="build the best schedule of every task in a log into one library")
+    e.add_argument("--log", required=True)
+    e.add_argument("--workload", action="append", help="file.py:function to import (repeatable)")
+    e.add_argument("-o", "--output", required=True, help="output folder")
+    e.add_argument("--name", default="kernels", help="library base name (default: kernels)")
+    e.set_defaults(fn=cmd_export)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        return int(ns.fn(ns))
+    except TuningError as e:
+        print(f"tecomp: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,381 @@
+"""Features of a candidate for the cost model, read off its lowered loop nest.
+
+The nest is taken before the pass pipeline (``lower(..., passes=False)``): loops still carry
+their vectorize/unroll/parallel kinds and pragmas, buffers are still multi-dimensional, and it
+costs a few milliseconds instead of the ~100 ms of the full pipeline -- the search scores
+thousands of candidates per batch.
+
+Each innermost store gets a fixed-length vector (`STORE_FEATURES`): arithmetic counts by kind
+times executions, loop structure, annotations and their extents, guards, local allocations,
+and for the five heaviest buffers it touches: bytes, unique bytes, cache lines, innermost
+stride, and reuse (count, distance in iterations and bytes). A program's vector concatenates
+its three heaviest stores and a few totals. Counts are ``log2(1 + x)``: the model compares
+orders of magnitude, and trees split the same on any monotone transform.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tecomp.arith.simplify import simplify
+from tecomp.ir.buffer import Buffer
+from tecomp.ir.expr import (
+    Add,
+    BinaryOp,
+    BufferLoad,
+    Call,
+    Cast,
+    CmpOp,
+    Div,
+    Expr,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Max,
+    Min,
+    Mul,
+    Select,
+    Sub,
+    Var,
+)
+from tecomp.ir.functor import ExprVisitor, StmtVisitor
+from tecomp.ir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse
+
+from .steps import Step
+from .task import SearchTask
+
+if TYPE_CHECKING:
+    from .measure import MeasureInput
+
+N_BUFFERS = 5
+N_STORES = 3
+CACHE_LINE = 64
+OPS = ("f_addsub", "f_mul", "f_div", "f_minmax", "f_cmp", "f_math", "select", "int_ops", "cast")
+LOOP = ("log_exec", "n_loops", "inner_extent", "outer_extent")
+VEC = ("vec_len", "vec_prod", "n_vec", "inner_is_vec")
+UNROLL = ("unroll_prod", "n_unroll", "auto_unroll")
+PAR = ("par_prod", "n_par", "par_depth", "par_per_core", "outside_par")
+MISC = ("n_guards", "is_update", "alloc_bytes", "n_allocs")
+ACCESS = ("read", "write", "local", "bytes", "unique_bytes", "lines", "stride", "stride0",
+          "stride1", "reuse_ct", "reuse_iter", "reuse_bytes")
+STORE_FEATURES: tuple[str, ...] = (OPS + LOOP + VEC + UNROLL + PAR + MISC
+                                   + tuple(f"b{k}.{a}" for k in range(N_BUFFERS) for a in ACCESS))
+PROGRAM_FEATURES: tuple[str, ...] = (tuple(f"s{k}.{f}" for k in range(N_STORES) for f in STORE_FEATURES)
+                                     + ("n_stores", "log_total_exec", "total_alloc"))
+N_FEATURES = len(PROGRAM_FEATURES)
+_CORES = os.cpu_count() or 1
+
+
+def _l(x: float) -> float:
+    return math.log2(1.0 + max(x, 0.0))
+
+
+def _const(e: Expr) -> int:
+    if isinstance(e, IntImm):
+        return e.value
+    s = simplify(e)
+    return s.value if isinstance(s, IntImm) else 1
+
+
+class _OpCounter(ExprVisitor):
+    def __init__(self) -> None:
+        self.c = dict.fromkeys(OPS, 0)
+        self.loads: list[BufferLoad] = []
+
+    def visit_BinaryOp(self, e: BinaryOp) -> None:
+        if e.dtype.startswith(("float", "bfloat")):
+            if isinstance(e, (Add, Sub)):
+                self.c["f_addsub"] += 1
+            elif isinstance(e, Mul):
+                self.c["f_mul"] += 1
+            elif isinstance(e, (Div, FloorDiv, FloorMod)):
+                self.c["f_div"] += 1
+            elif isinstance(e, (Min, Max)):
+                self.c["f_minmax"] += 1
+        else:
+            self.c["int_ops"] += 1
+        super().visit_BinaryOp(e)
+
+    def visit_CmpOp(self, e: CmpOp) -> None:  # type: ignore[override]
+        self.c["f_cmp" if e.a.dtype.startswith("float") else "int_ops"] += 1
+        self.visit(e.a)
+        self.visit(e.b)
+
+    def visit_Call(self, e: Call) -> None:
+        self.c["f_math"] += 1
+        super().visit_Call(e)
+
+    def visit_Select(self, e: Select) -> None:
+        self.c["select"] += 1
+        super().visit_Select(e)
+
+    def visit_Cast(self, e: Cast) -> None:
+        self.c["cast"] += 1
+        super().visit_Cast(e)
+
+    def visit_BufferLoad(self, e: BufferLoad) -> None:
+        self.loads.append(e)
+        super().visit_BufferLoad(e)
+
+
+def _affine(e: Expr, loop_vars: set[Var]) -> dict[Var, float]:
+    """Coefficients of the loop variables in an index (approximate for div/mod/min/max)."""
+    if isinstance(e, Var):
+        return {e: 1.0} if e in loop_vars else {}
+    if isinstance(e, (Add, Sub)):
+        a, b = _affine(e.a, loop_vars), _affine(e.b, loop_vars)
+        sign = 1.0 if isinstance(e, Add) else -1.0
+        for v, c in b.items():
+            a[v] = a.get(v, 0.0) + sign * c
+        return a
+    if isinstance(e, Mul):
+        if isinstance(e.b, IntImm):
+            return {v: c * e.b.value for v, c in _affine(e.a, loop_vars).items()}
+        if isinstance(e.a, IntImm):
+            return {v: c * e.a.value for v, c in _affine(e.b, loop_vars).items()}
+    if isinstance(e, FloorDiv) and isinstance(e.b, IntImm) and e.b.value:
+        return {v: c / e.b.value for v, c in _affine(e.a, loop_vars).items()}
+    if isinstance(e, Cast):
+        return _affine(e.value, loop_vars)
+    if isinstance(e, IntImm):
+        return {}
+    out: dict[Var, float] = {}
+
+    class _V(ExprVisitor):
+        def visit_Var(self, x: Var) -> None:
+            if x in loop_vars:
+                out[x] = 1.0
+
+    _V().visit(e)
+    return out
+
+
+@dataclass
+class _Loop:
+    var: Var
+    extent: int
+    kind: ForKind
+    auto_unroll: int
+
+
+@dataclass
+class _Access:
+    buffer: Buffer
+    indices: list[tuple[Expr, ...]] = field(default_factory=list)
+    read: bool = False
+    write: bool = False
+
+
+def _strides(buf: Buffer) -> list[int]:
+    if buf.strides:
+        return [_const(s) for s in buf.strides]
+    out, acc = [], 1
+    for d in reversed(buf.shape):
+        out.append(acc)
+        acc *= max(_const(d), 1)
+    return out[::-1]
+
+
+def _footprint(coefs: list[dict[Var, float]], shape: list[int], loops: Sequence[_Loop]) -> list[float]:
+    spans = []
+    for d, cd in enumerate(coefs):
+        span = 1.0 + sum(abs(cd.get(lp.var, 0.0)) * (lp.extent - 1) for lp in loops)
+        spans.append(min(span, float(max(shape[d], 1))))
+    return spans
+
+
+class _Extractor(StmtVisitor):
+    def __init__(self) -> None:
+        self.loops: list[_Loop] = []
+        self.guards = 0
+        self.allocs: list[int] = []
+        self.max_alloc = 0
+        self.stores: list[tuple[float, list[float]]] = []
+
+    def visit_For(self, s: For) -> None:
+        au = int(s.annotation("auto_unroll_max_step", 0) or 0)
+        self.loops.append(_Loop(s.var, max(_const(s.extent), 1), s.kind, au))
+        self.visit_stmt(s.body)
+        self.loops.pop()
+
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
+        self.guards += 1
+        self.visit_stmt(s.then_case)
+        if s.else_case is not None:
+            self.visit_stmt(s.else_case)
+        self.guards -= 1
+
+    def visit_Allocate(self, s: Allocate) -> None:
+        b = s.buffer
+        self.allocs.append(math.prod(max(_const(d), 1) for d in b.shape) * b.itemsize)
+        self.max_alloc = max(self.max_alloc, sum(self.allocs))
+        self.visit_stmt(s.body)
+        self.allocs.pop()
+
+    def visit_BufferStore(self, s: BufferStore) -> None:
+        self.stores.append(self._store(s))
+
+    def _store(self, s: BufferStore) -> tuple[float, list[float]]:
+        loops = self.loops
+        execs = float(math.prod(lp.extent for lp in loops))
+        oc = _OpCounter()
+        oc.visit(s.value)
+        for i in s.indices:
+            oc.visit(i)
+        f: list[float] = [_l(oc.c[k] * execs) for k in OPS]
+        f += [_l(execs), float(len(loops)), _l(loops[-1].extent if loops else 1),
+              _l(loops[0].extent if loops else 1)]
+        vec = [lp for lp in loops if lp.kind == ForKind.VECTORIZED]
+        f += [_l(vec[-1].extent if vec else 0), _l(math.prod(lp.extent for lp in vec)), float(len(vec)),
+              float(bool(loops) and loops[-1].kind == ForKind.VECTORIZED)]
+        unr = [lp for lp in loops if lp.kind == ForKind.UNROLLED]
+        f += [_l(math.prod(lp.extent for lp in unr)), float(len(unr)),
+              _l(max((lp.auto_unroll for lp in loops), default=0))]
+        par_idx = [k for k, lp in enumerate(loops) if lp.kind == ForKind.PARALLEL]
+        par_prod = math.prod(loops[k].extent for k in par_idx)
+        outside = math.prod(lp.extent for lp in loops[:par_idx[0]]) if par_idx else 0
+        f += [_l(par_prod if par_idx else 0), float(len(par_idx)), float(par_idx[0] if par_idx else -1),
+              _l(par_prod / _CORES if par_idx else 0), _l(outside)]
+        # accesses, one entry per buffer
+        acc: dict[int, _Access] = {}
+        w = acc.setdefault(id(s.buffer), _Access(s.buffer))
+        w.write = True
+        w.indices.append(tuple(s.indices))
+        is_update = False
+        for ld in oc.loads:
+            a = acc.setdefault(id(ld.buffer), _Access(ld.buffer))
+            a.read = True
+            a.indices.append(tuple(ld.indices))
+            if ld.buffer is s.buffer:
+                is_update = True
+        f += [float(self.guards), float(is_update), _l(sum(self.allocs)), float(len(self.allocs))]
+        loop_vars = {lp.var for lp in loops}
+        rows = []
+        for a in acc.values():
+            rows.append(self._access(a, loops, loop_vars, execs))
+        rows.sort(key=lambda r: -r[3])
+        for k in range(N_BUFFERS):
+            f += rows[k] if k < len(rows) else [0.0] * len(ACCESS)
+        weight = execs * (1 + sum(oc.c[k] for k in OPS if k != "int_ops"))
+        return weight, f
+
+    def _access(self, a: _Access, loops: list[_Loop], loop_vars: set[Var], execs: float) -> list[float]:
+        buf = a.buffer
+        item = buf.itemsize
+        shape = [max(_const(d), 1) for d in buf.shape]
+        strides = _strides(buf)
+        idx = a.indices[0]
+        coefs = [_affine(i, loop_vars) for i in idx]
+        flat = {lp.var: sum(cd.get(lp.var, 0.0) * st for cd, st in zip(coefs, strides)) for lp in loops}
+        spans = _footprint(coefs, shape, loops)
+        unique = math.prod(spans) * item
+        lines = math.prod(spans[:-1]) * math.ceil(spans[-1] * item / CACHE_LINE) if spans else 1.0
+        inner = abs(flat.get(loops[-1].var, 0.0)) if loops else 0.0
+        reuse_ct = reuse_iter = reuse_bytes = 0.0
+        for k in range(len(loops) - 1, -1, -1):
+            if flat.get(loops[k].var, 0.0) == 0.0:
+                inside = loops[k + 1:]
+                reuse_ct = float(loops[k].extent)
+                reuse_iter = float(math.prod(lp.extent for lp in inside))
+                reuse_bytes = math.prod(_footprint(coefs, shape, inside)) * item
+                break
+        return [float(a.read), float(a.write), float(buf.scope != "global"),
+                _l(execs * item * len(a.indices)), _l(unique), _l(lines), _l(inner),
+                float(inner == 0.0), float(inner == 1.0), _l(reuse_ct), _l(reuse_iter), _l(reuse_bytes)]
+
+
+def program_features(func_body: object) -> np.ndarray:
+    """The program vector of a lowered (pre-pass) PrimFunc body."""
+    ex = _Extractor()
+    ex.visit_stmt(func_body)  # type: ignore[arg-type]
+    stores = sorted(ex.stores, key=lambda t: -t[0])
+    out: list[float] = []
+    n_f = len(STORE_FEATURES)
+    for k in range(N_STORES):
+        out += stores[k][1] if k < len(stores) else [0.0] * n_f
+    total = sum(w for w, _ in stores)
+    out += [float(len(stores)), _l(total), _l(ex.max_alloc)]
+    return np.asarray(out, dtype=np.float32)
+
+
+def extract_features(task: SearchTask, steps: Sequence[Step]) -> np.ndarray | None:
+    """Features of ``steps`` applied to ``task``, or None when they do not lower."""
+    from tecomp.errors import TecompError
+    from tecomp.lowering import lower
+
+    try:
+        sch, args = task.apply_steps(steps)
+        func = lower(sch, args, name="features", passes=False)
+    except TecompError:
+        return None
+    return program_features(func.body)
+
+
+def features_job(task: SearchTask, steps_list: Sequence[Sequence[Step]]) -> list[np.ndarray | None]:
+    """`extract_features` of several candidates (one job for a worker process)."""
+    return [extract_features(task, steps) for steps in steps_list]
+
+
+Mapper = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
+
+
+class FeatureCache:
+    """Features by (task, steps), computed once; in parallel when given a ``mapper``.
+
+    ``mapper(fn, jobs)`` runs ``fn(*job)`` for each job, e.g. `LocalBuilder.map`: the build
+    workers idle while the search runs, and lowering is what the search spends its time on.
+    """
+
+    def __init__(self, mapper: Mapper | None = None, n_workers: int = 1,
+                 max_entries: int = 500_000) -> None:
+        self.mapper = mapper
+        self.n_workers = max(1, n_workers)
+        self.max_entries = max_entries
+        self._cache: dict[tuple[str, str], np.ndarray | None] = {}
+
+    def of(self, inputs: Sequence[MeasureInput]) -> list[np.ndarray | None]:
+        """Features of each input (None where its steps do not lower)."""
+        out: list[np.ndarray | None] = [None] * len(inputs)
+        by_task: dict[str, list[int]] = {}
+        for k, inp in enumerate(inputs):
+            by_task.setdefault(inp.task.workload_key, []).append(k)
+        for idx in by_task.values():
+            task = inputs[idx[0]].task
+            feats = self.get(task, [inputs[k].steps for k in idx], [inputs[k].key for k in idx])
+            for k, f in zip(idx, feats):
+                out[k] = f
+        return out
+
+    def get(self, task: SearchTask, steps_list: Sequence[Sequence[Step]],
+            keys: Sequence[str]) -> list[np.ndarray | None]:
+        tk = task.workload_key
+        todo: dict[str, int] = {}  # each missing candidate once
+        for k, key in enumerate(keys):
+            if (tk, key) not in self._cache and key not in todo:
+                todo[key] = k
+        if len(self._cache) + len(todo) > self.max_entries:
+            self._cache.clear()
+        pending = list(todo.values())
+        if self.mapper is not None and len(pending) >= 8 and self.n_workers > 1:
+            n_chunks = self.n_workers * 2
+            chunks = [pending[c::n_chunks] for c in range(n_chunks) if pending[c::n_chunks]]
+            outs = self.mapper(features_job, [(task, [steps_list[k] for k in ch]) for ch in chunks])
+            for ch, res in zip(chunks, outs):
+                if not isinstance(res, list):  # the worker failed: do these here
+                    res = [extract_features(task, steps_list[k]) for k in ch]
+                for k, f in zip(ch, res):
+                    self._cache[(tk, keys[k])] = f
+        else:
+            for k in pending:
+                self._cache[(tk, keys[k])] = extract_features(task, steps_list[k])
+        return [self._cache[(tk, key)] for key in keys]
+
+
+__all__ = ["N_FEATURES", "PROGRAM_FEATURES", "STORE_FEATURES", "FeatureCache", "extract_features",
+           "features_job", "program_features"]

@@ -1,0 +1,585 @@
+"""Building and measuring candidates in worker processes that may crash, hang or lie.
+
+`LocalBuilder` compiles a batch in parallel worker processes: steps are replayed, lowered and
+compiled to an object file (bytes), so the compiler's work is done once and travels cheaply.
+`LocalRunner` loads each object into an MCJIT engine in a separate measuring process, runs it
+once against the output of the task's *default* schedule (computed once per task in that
+process and cached on disk, so no numpy model of the workload is needed), then times it.
+
+Every failure becomes a `MeasureErrorNo` instead of an exception: a segfault or ``abort`` in a
+kernel kills only the measuring process (RUN_CRASH), a kernel that never returns is killed at
+the deadline (RUN_TIMEOUT), a compiler that hangs likewise (BUILD_TIMEOUT). The dead process
+is replaced and the batch goes on. Workers are started with ``spawn`` (forking a process whose
+libgomp threads exist is unsafe) and stay alive across batches, so start-up is paid once.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import os
+import shutil
+import signal
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .steps import Step, steps_key
+from .task import SearchTask
+
+
+class MeasureErrorNo(enum.Enum):
+    """Why a candidate has no valid cost (stored by name in records)."""
+
+    NO_ERROR = 0
+    SCHEDULE_ERROR = 1  # the steps do not replay onto the task's schedule
+    BUILD_ERROR = 2  # lowering or code generation raised
+    BUILD_TIMEOUT = 3
+    BUILD_CRASH = 4  # the compiling process died
+    RUN_ERROR = 5  # the kernel returned an error or could not be loaded
+    RUN_TIMEOUT = 6
+    RUN_CRASH = 7  # the measuring process died (segfault, abort)
+    WRONG_ANSWER = 8  # output differs from the default schedule's
+    UNKNOWN_ERROR = 9
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    """One candidate to measure (or to score): the task and the steps of its schedule, plus
+    the sketch and knob values it came from (logged so a resumed search can continue)."""
+
+    task: SearchTask
+    steps: tuple[Step, ...]
+    sketch: int | None = None
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @functools.cached_property
+    def key(self) -> str:
+        return steps_key(self.steps)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    obj: bytes | None
+    func_name: str
+    specs: tuple[Any, ...] = ()
+    dims: tuple[str, ...] = ()
+    error: MeasureErrorNo = MeasureErrorNo.NO_ERROR
+    error_msg: str = ""
+    time_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """Seconds per call, one entry per repeat; empty when ``error`` is not NO_ERROR."""
+
+    costs: tuple[float, ...]
+    error: MeasureErrorNo
+    error_msg: str = ""
+    build_s: float = 0.0
+    run_s: float = 0.0
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def valid(self) -> bool:
+        return self.error == MeasureErrorNo.NO_ERROR and bool(self.costs)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.costs) / len(self.costs) if self.costs else math.inf
+
+
+# worker processes -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A job that raised inside the worker (the worker itself is fine)."""
+
+    message: str
+
+
+def _worker_main(conn: mpc.Connection, log_path: str) -> None:
+    # Ctrl-C belongs to the tuning process, which stops workers itself; C-level output of
+    # kernels and LLVM goes to a log file so it cannot break the progress bar.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        fn, args = msg
+        try:
+            out = fn(*args)
+        except BaseException:  # noqa: BLE001 - report everything, keep serving
+            out = _Failure(traceback.format_exc(limit=6))
+        conn.send(out)
+
+
+class _Died(Exception):
+    pass
+
+
+class _Worker:
+    """One long-lived worker process; replaced after it dies or is killed at a deadline."""
+
+    def __init__(self, log_path: str) -> None:
+        self.log_path = log_path
+        self.proc: Any = None
+        self.conn: mpc.Connection | None = None
+        self.starts = 0
+        self.memo: set[str] = set()  # per-process state the parent knows about (prepared tasks)
+
+    def ensure(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            return
+        self.stop(kill=True)
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, self.log_path), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        self.memo = set()
+        self.starts += 1
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.ensure()
+        assert self.conn is not None
+        self.conn.send((fn, args))
+
+    def receive(self, timeout: float | None) -> Any:
+        """The job's result; raises TimeoutError (worker killed) or _Died (worker gone)."""
+        assert self.conn is not None
+        if not self.conn.poll(timeout):
+            self.stop(kill=True)
+            raise TimeoutError
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            code = self.proc.exitcode if self.proc is not None else None
+            if code is None and self.proc is not None:
+                self.proc.join(1.0)
+                code = self.proc.exitcode
+            self.stop(kill=True)
+            raise _Died(_describe_exit(code, self.log_path)) from None
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if not kill and self.conn is not None and self.proc.is_alive():
+            try:
+                self.conn.send(None)
+                self.proc.join(2.0)
+            except (OSError, ValueError):
+                pass
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(2.0)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc, self.conn = None, None
+
+
+def _describe_exit(code: int | None, log_path: str) -> str:
+    if code is not None and code < 0:
+        try:
+            what = signal.Signals(-code).name
+        except ValueError:
+            what = f"signal {-code}"
+        msg = f"process killed by {what}"
+    else:
+        msg = f"process exited with code {code}"
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, os.path.getsize(log_path) - 400))
+            tail = f.read().decode(errors="replace").strip().splitlines()
+        if tail:
+            msg += f": {tail[-1][:300]}"
+    except OSError:
+        pass
+    return msg
+
+
+class _Pool:
+    """Workers sharing one log directory; the parent decides what runs where."""
+
+    def __init__(self, n: int, prefix: str, workdir: str) -> None:
+        self.workers = [_Worker(os.path.join(workdir, f"{prefix}{k}.log")) for k in range(n)]
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+
+
+# building -------------------------------------------------------------------------------------
+
+
+def _build_job(task: SearchTask, steps: tuple[Step, ...], name: str) -> BuildResult:
+    """Replay, lower and compile to an object file (runs in a builder process)."""
+    t0 = time.perf_counter()
+    try:
+        sch, args = task.apply_steps(steps)
+    except Exception as e:  # noqa: BLE001 - any failure to replay is this candidate's fault
+        return BuildResult(None, name, error=MeasureErrorNo.SCHEDULE_ERROR,
+                           error_msg=f"{type(e).__name__}: {e}"[:2000], time_s=time.perf_counter() - t0)
+    try:
+        from tecomp.codegen.llvm_cpu import CodegenCPU
+        from tecomp.codegen.llvm_jit import emit_object
+        from tecomp.codegen.target import Target
+        from tecomp.lowering import lower
+        from tecomp.runtime.args import specs_from_primfunc
+
+        func = lower(sch, args, name=name)
+        tgt = Target.parse(task.target)
+        cg = CodegenCPU(tgt, debug=False, module_name=name)
+        cg.add_function(func)
+        obj = emit_object(str(cg.module), tgt)
+        specs, dims = specs_from_primfunc(func)
+    except Exception as e:  # noqa: BLE001
+        return BuildResult(None, name, error=MeasureErrorNo.BUILD_ERROR,
+                           error_msg=f"{type(e).__name__}: {e}"[:2000], time_s=time.perf_counter() - t0)
+    return BuildResult(obj, name, tuple(specs), tuple(dims), time_s=time.perf_counter() - t0)
+
+
+class LocalBuilder:
+    """Compiles candidates on ``n_workers`` processes (default: one per core).
+
+    Between batches the same processes serve `map`, which the search uses to compute
+    features in parallel.
+    """
+
+    def __init__(self, n_workers: int | None = None, timeout: float = 60.0,
+                 workdir: str | None = None) -> None:
+        self.timeout = timeout
+        self._own_dir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix="tecomp-build-")
+        self.pool = _Pool(n_workers or os.cpu_count() or 1, "builder", self.workdir)
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.pool.workers)
+
+    def map(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
+            timeout: float | None = None) -> list[Any]:
+        """``[fn(*args) for args in jobs]`` on the workers; a job that fails, crashes or runs
+        past ``timeout`` gives a `_Failure`, `_Died` or `TimeoutError` instance instead."""
+        limit = self.timeout if timeout is None else timeout
+        results: list[Any] = [None] * len(jobs)
+        todo = list(range(len(jobs)))[::-1]
+        running: dict[int, tuple[int, float]] = {}  # worker index -> (job index, deadline)
+        workers = self.pool.workers
+        while todo or running:
+            for w_idx, w in enumerate(workers):
+                if w_idx not in running and todo:
+                    i = todo.pop()
+                    w.submit(fn, *jobs[i])
+                    running[w_idx] = (i, time.monotonic() + limit)
+            conns = {workers[k].conn: k for k in running}
+            wait_for = max(0.0, min(d for _, d in running.values()) - time.monotonic())
+            ready = set(mpc.wait(list(conns), timeout=wait_for))  # type: ignore[arg-type]
+            now = time.monotonic()
+            for c, k in conns.items():
+                i, deadline = running[k]
+                if c in ready or now >= deadline:
+                    running.pop(k)
+                    try:
+                        results[i] = workers[k].receive(0.0)
+                    except (TimeoutError, _Died) as e:
+                        results[i] = e
+        return results
+
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        outs = self.map(_build_job, [(inp.task, inp.steps, "default_function") for inp in inputs])
+        results = []
+        for out in outs:
+            if isinstance(out, TimeoutError):
+                results.append(BuildResult(None, "", error=MeasureErrorNo.BUILD_TIMEOUT,
+                                           error_msg=f"build did not finish in {self.timeout:g} s",
+                                           time_s=self.timeout))
+            elif isinstance(out, _Died):
+                results.append(BuildResult(None, "", error=MeasureErrorNo.BUILD_CRASH, error_msg=str(out)))
+            elif isinstance(out, _Failure):
+                results.append(BuildResult(None, "", error=MeasureErrorNo.UNKNOWN_ERROR,
+                                           error_msg=out.message))
+            else:
+                results.append(out)
+        return results
+
+    def reset(self) -> None:
+        """Kill the workers (and whatever they were doing); they restart on the next call."""
+        for w in self.pool.workers:
+            w.stop(kill=True)
+
+    def close(self) -> None:
+        self.pool.close()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# running ----------------------------------------------------------------------------------------
+
+_PREPARED: dict[str, dict[str, Any]] = {}  # per measuring process: task key -> data
+
+
+ALIGN = 64
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: str, align: int = ALIGN) -> np.ndarray:
+    """An uninitialised array whose data starts on an ``align``-byte boundary.
+
+    Large numpy arrays typically start 16 bytes past a page boundary; a vectorized kernel then
+    splits every 64-byte load across two cache lines and runs up to ~30% slower than on the
+    same data aligned. Measuring on aligned arrays makes a candidate's time independent of
+    where the allocator happened to put its inputs.
+    """
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape)) if shape else 1
+    raw = np.empty(n * dt.itemsize + align, np.uint8)
+    off = (-raw.ctypes.data) % align
+    return raw[off:off + n * dt.itemsize].view(dt).reshape(shape)
+
+
+def _random_array(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    vals: np.ndarray
+    if dtype.startswith(("float", "bfloat")):
+        vals = rng.uniform(-1.0, 1.0, shape)
+    elif dtype == "bool":
+        vals = rng.integers(0, 2, shape)
+    elif dtype.startswith("uint"):
+        vals = rng.integers(0, 8, shape)
+    else:
+        vals = rng.integers(-8, 8, shape)
+    out = aligned_empty(shape, dtype)
+    out[...] = vals
+    return out
+
+
+def _prepare_job(task: SearchTask, cache_dir: str) -> str:
+    """Inputs and the default schedule's outputs of ``task``, kept in this process.
+
+    The reference is computed once per task and saved, so a measuring process that replaces
+    a crashed one loads it instead of running the (slow) default schedule again.
+    """
+    import tecomp as tc
+
+    rng = np.random.default_rng(0)
+    arrays: list[np.ndarray] = []
+    outputs: list[int] = []
+    for k, t in enumerate(task.tensors):
+        shape = tuple(int(d.value) for d in t.shape)  # type: ignore[attr-defined]
+        if t.op in task.outputs:
+            outputs.append(k)
+            arrays.append(aligned_empty(shape, t.dtype))
+        else:
+            arrays.append(_random_array(shape, t.dtype, rng))
+    path = os.path.join(cache_dir, f"ref-{task.workload_key}.npz")
+    if os.path.exists(path):
+        with np.load(path) as z:
+            refs = [z[f"o{k}"] for k in outputs]
+    else:
+        mod = tc.build(task.create_schedule(), task.tensors, target=task.target, name="reference")
+        mod(*arrays)
+        refs = [arrays[k].copy() for k in outputs]
+        np.savez(path + ".tmp.npz", **{f"o{k}": r for k, r in zip(outputs, refs)})
+        os.replace(path + ".tmp.npz", path)
+    _PREPARED[task.workload_key] = {"arrays": arrays, "outputs": outputs, "refs": refs}
+    return task.workload_key
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    number: int = 3
+    repeat: int = 3
+    min_repeat_ms: float = 20.0
+    flush_cache: bool = False
+    check: bool = True
+    rtol: float = 1e-3
+    budget_s: float = 1.0  # slow candidates are timed with fewer calls to fit in this
+
+
+def _flush_cache(buf: list[np.ndarray]) -> None:
+    if not buf:
+        buf.append(np.zeros(64 << 20 >> 3))  # 64 MB: more than the last-level cache here
+    buf[0] += 1.0
+
+
+def _run_job(key: str, build: BuildResult, opts: RunOptions) -> tuple[str, tuple[float, ...], str]:
+    """Load, check and time one compiled candidate (runs in the measuring process)."""
+    import llvmlite.binding as llvm
+
+    from tecomp.codegen.llvm_jit import ensure_llvm_initialized, load_compiler_runtime, load_openmp
+    from tecomp.runtime.cpu import function_from_address
+
+    data = _PREPARED[key]
+    ensure_llvm_initialized()
+    load_compiler_runtime()
+    load_openmp()
+    try:
+        # the code is already compiled: the engine only links the object and resolves symbols
+        tm = llvm.Target.from_default_triple().create_target_machine(reloc="pic", jit=True)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        engine.add_object_file(llvm.ObjectFileRef.from_data(build.obj))
+        engine.finalize_object()
+        addr = engine.get_function_address(build.func_name)
+        f = function_from_address(build.func_name, addr, build.specs, build.dims, owner=engine)
+    except Exception as e:  # noqa: BLE001
+        return "RUN_ERROR", (), f"cannot load the kernel: {e}"
+    arrays: list[np.ndarray] = data["arrays"]
+    for k in data["outputs"]:
+        arrays[k].fill(np.nan if arrays[k].dtype.kind == "f" else 0x5A)
+    t0 = time.perf_counter()
+    try:
+        f(*arrays)
+    except Exception as e:  # noqa: BLE001
+        return "RUN_ERROR", (), f"{type(e).__name__}: {e}"
+    first = time.perf_counter() - t0
+    if opts.check:
+        for k, ref in zip(data["outputs"], data["refs"]):
+            out = arrays[k]
+            if out.dtype.kind == "f":
+                scale = float(np.sqrt(np.mean(np.square(ref, dtype=np.float64)))) if ref.size else 0.0
+                ok = np.allclose(out, ref, rtol=opts.rtol, atol=opts.rtol * max(scale, 1e-30))
+            else:
+                ok = bool(np.array_equal(out, ref))
+            if not ok:
+                diff = np.abs(out.astype(np.float64) - ref)
+                err = float(np.nanmax(diff)) if out.size and not np.isnan(diff).all() else float("nan")
+                nans = int(np.isnan(out).sum()) if out.dtype.kind == "f" else 0
+                return "WRONG_ANSWER", (), (f"output {k} differs from the default schedule's "
+                                            f"(max abs error {err:.3g}, {nans} NaN left)")
+    if first >= opts.budget_s:
+        # too slow to be interesting: the checked call is its measurement
+        return "NO_ERROR", (first,), ""
+    # calls per repeat from the first call's time (one calibration, not one per repeat), cut
+    # down so that a slow candidate costs about ``budget_s`` of timing
+    number = max(opts.number, math.ceil(opts.min_repeat_ms / 1e3 / max(first, 1e-9)))
+    repeat = opts.repeat
+    if first * number * repeat > opts.budget_s:
+        number = max(1, int(opts.budget_s / (first * repeat)))
+        repeat = max(1, min(repeat, int(opts.budget_s / (first * number))))
+    ev = f.time_evaluator(number=number, repeat=1, min_repeat_ms=0, warmup=0)
+    flush: list[np.ndarray] = []
+    costs = []
+    try:
+        for _ in range(repeat):
+            if opts.flush_cache:
+                _flush_cache(flush)
+            costs.append(ev(*arrays).results[0])
+    except Exception as e:  # noqa: BLE001
+        return "RUN_ERROR", (), f"{type(e).__name__}: {e}"
+    return "NO_ERROR", tuple(costs), ""
+
+
+class LocalRunner:
+    """Measures compiled candidates one at a time in an isolated, long-lived process.
+
+    ``timeout`` bounds one candidate (load, check, timing); ``number``/``repeat``/
+    ``min_repeat_ms`` are as in ``time_evaluator``; ``flush_cache`` overwrites 64 MB before
+    each repeat; ``check`` compares the first call's outputs with the default schedule's
+    (``rtol``, relative to the outputs' RMS). A candidate whose first call takes longer than
+    ``budget_s`` is not timed again: it is far from the best and further calls only cost.
+    """
+
+    def __init__(self, timeout: float = 10.0, number: int = 3, repeat: int = 3,
+                 min_repeat_ms: float = 20.0, flush_cache: bool = False, check: bool = True,
+                 rtol: float = 1e-3, budget_s: float = 1.0, ref_timeout: float = 600.0,
+                 workdir: str | None = None) -> None:
+        self.timeout = timeout
+        self.ref_timeout = ref_timeout
+        self.options = RunOptions(number, repeat, min_repeat_ms, flush_cache, check, rtol,
+                                  budget_s=min(budget_s, timeout / 3))
+        self._own_dir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix="tecomp-run-")
+        self.worker = _Worker(os.path.join(self.workdir, "runner.log"))
+
+    def _prepare(self, task: SearchTask) -> str | None:
+        """Make the measuring process ready for ``task``; an error message if it cannot."""
+        w = self.worker
+        if task.workload_key in w.memo and w.proc is not None and w.proc.is_alive():
+            return None
+        w.submit(_prepare_job, task, self.workdir)
+        try:
+            out = w.receive(self.ref_timeout)
+        except TimeoutError:
+            return f"the default schedule did not finish in {self.ref_timeout:g} s"
+        except _Died as e:
+            return f"the default schedule crashed: {e}"
+        if isinstance(out, _Failure):
+            return f"the default schedule failed: {out.message}"
+        w.memo.add(task.workload_key)
+        return None
+
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
+            callback: Callable[[MeasureInput, MeasureResult], None] | None = None) -> list[MeasureResult]:
+        """Measure each built candidate; ``callback`` sees every result as soon as it exists
+        (the tuner logs it there, so a kill loses nothing already measured)."""
+        out: list[MeasureResult] = []
+        for inp, b in zip(inputs, builds):
+            res = self._run_one(inp, b)
+            out.append(res)
+            if callback is not None:
+                callback(inp, res)
+        return out
+
+    def _run_one(self, inp: MeasureInput, b: BuildResult) -> MeasureResult:
+        if b.error != MeasureErrorNo.NO_ERROR or b.obj is None:
+            return MeasureResult((), b.error, b.error_msg, build_s=b.time_s)
+        problem = self._prepare(inp.task)
+        if problem is not None:
+            return MeasureResult((), MeasureErrorNo.UNKNOWN_ERROR, problem, build_s=b.time_s)
+        t0 = time.perf_counter()
+        self.worker.submit(_run_job, inp.task.workload_key, b, self.options)
+        try:
+            res = self.worker.receive(self.timeout)
+            if isinstance(res, _Failure):
+                err, costs, msg = MeasureErrorNo.UNKNOWN_ERROR, (), res.message
+            else:
+                err, costs, msg = MeasureErrorNo[res[0]], res[1], res[2]
+        except TimeoutError:
+            err, costs, msg = MeasureErrorNo.RUN_TIMEOUT, (), f"no result in {self.timeout:g} s"
+        except _Died as e:
+            err, costs, msg = MeasureErrorNo.RUN_CRASH, (), str(e)
+        return MeasureResult(costs, err, msg, build_s=b.time_s, run_s=time.perf_counter() - t0)
+
+    def reset(self) -> None:
+        """Kill the measuring process; a new one starts (and reloads references) when needed."""
+        self.worker.stop(kill=True)
+
+    def close(self) -> None:
+        self.worker.stop()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def measure_batch(builder: LocalBuilder, runner: LocalRunner, inputs: Sequence[MeasureInput],
+                  callback: Callable[[MeasureInput, MeasureResult], None] | None = None,
+                  ) -> tuple[list[MeasureResult], float, float]:
+    """Build then run ``inputs``; also returns wall seconds spent building and running.
+
+    The two phases do not overlap: compiling on every core while a kernel is timed would
+    perturb its time.
+    """
+    t0 = time.perf_counter()
+    builds = builder.build(inputs)
+    t1 = time.perf_counter()
+    results = runner.run(inputs, builds, callback)
+    return results, t1 - t0, time.perf_counter() - t1
+
+
+__all__ = ["ALIGN", "BuildResult", "LocalBuilder", "aligned_empty", "LocalRunner", "MeasureErrorNo", "MeasureInput",
+           "MeasureResult", "RunOptions", "measure_batch"]

@@ -1,0 +1,197 @@
+"""Tuning logs: JSON lines, one measurement per line, appended and flushed as it happens.
+
+A line holds the schema version, the tecomp version, the task (workload name, args, target,
+key), the candidate's steps (what replays), its sketch and knob values (what the search
+resumes from), and the costs or the error. Logs are never pickled: they outlive the code that
+wrote them and are read by people. A process killed mid-write leaves at most a torn last line,
+which `load_records` skips with a warning; the next writer starts on a fresh line.
+
+>>> rec = best_record("matmul.jsonl", task)       # doctest: +SKIP
+>>> s, args = task.apply_steps(rec.steps)          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from .measure import MeasureErrorNo, MeasureInput, MeasureResult
+from .steps import Step, steps_from_json, steps_key, steps_to_json
+from .task import SearchTask, TuningError
+
+SCHEMA_VERSION = 1
+
+
+class NoValidRecordError(TuningError, LookupError):
+    """The log holds no successful measurement of the requested task."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measurement as stored in a log."""
+
+    task_key: str
+    workload: str
+    args: tuple[Any, ...]
+    target: str
+    steps: tuple[Step, ...]
+    costs: tuple[float, ...]
+    error: MeasureErrorNo
+    error_msg: str = ""
+    sketch: int | None = None
+    params: tuple[tuple[str, Any], ...] = ()
+    build_s: float = 0.0
+    run_s: float = 0.0
+    timestamp: float = 0.0
+    tecomp_version: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def valid(self) -> bool:
+        return self.error == MeasureErrorNo.NO_ERROR and bool(self.costs)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.costs) / len(self.costs) if self.valid else math.inf
+
+    @property
+    def key(self) -> str:
+        return steps_key(self.steps)
+
+    def result(self) -> MeasureResult:
+        return MeasureResult(self.costs, self.error, self.error_msg, self.build_s, self.run_s,
+                             self.timestamp)
+
+
+def _tuplify(v: Any) -> Any:
+    return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
+
+
+def record_to_json(inp: MeasureInput, res: MeasureResult) -> dict[str, Any]:
+    import tecomp
+    from tecomp.codegen.target import Target
+
+    return {
+        "v": SCHEMA_VERSION,
+        "tecomp": tecomp.__version__,
+        "task": inp.task.to_json(),
+        "name": inp.task.name,
+        "host_cpu": Target.host().cpu,
+        "sketch": inp.sketch,
+        "params": {k: list(v) if isinstance(v, tuple) else v for k, v in inp.params},
+        "steps": steps_to_json(inp.steps),
+        "costs": list(res.costs),
+        "error": res.error.name,
+        "error_msg": res.error_msg,
+        "build_s": round(res.build_s, 4),
+        "run_s": round(res.run_s, 4),
+        "time": round(res.timestamp, 3),
+    }
+
+
+def record_from_json(d: dict[str, Any]) -> Record:
+    """Parse one log line; raises ValueError/KeyError on a line this version cannot read."""
+    if d.get("v") != SCHEMA_VERSION:
+        raise ValueError(f"schema version {d.get('v')!r}, this tecomp reads {SCHEMA_VERSION}")
+    t = d["task"]
+    params = tuple(sorted((k, _tuplify(v)) for k, v in (d.get("params") or {}).items()))
+    return Record(
+        task_key=t["key"], workload=t["workload"], args=_tuplify(t["args"]), target=t["target"],
+        steps=steps_from_json(d["steps"]), costs=tuple(float(c) for c in d["costs"]),
+        error=MeasureErrorNo[d["error"]], error_msg=d.get("error_msg", ""),
+        sketch=d.get("sketch"), params=params, build_s=d.get("build_s", 0.0),
+        run_s=d.get("run_s", 0.0), timestamp=d.get("time", 0.0),
+        tecomp_version=d.get("tecomp", ""), extra={"name": d.get("name", "")},
+    )
+
+
+class RecordWriter:
+    """Appends records to a log, one flushed line each (a kill loses nothing written)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
+        self._f: IO[str] = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        # a torn last line (killed writer) must not swallow the first new record
+        self._f.seek(0, os.SEEK_END)
+        if self._f.tell() > 0:
+            self._f.seek(self._f.tell() - 1)
+            last = self._f.read(1)
+            self._f.seek(0, os.SEEK_END)
+            if last != "\n":
+                self._f.write("\n")
+                self._f.flush()
+
+    def write(self, inp: MeasureInput, res: MeasureResult) -> None:
+        self._f.write(json.dumps(record_to_json(inp, res), separators=(",", ":")) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def iter_records(path: str) -> Iterator[Record]:
+    """The readable records of ``path``; unreadable lines are skipped with a warning."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        torn = n == len(lines) and not line.endswith("\n")
+        try:
+            yield record_from_json(json.loads(line))
+        except json.JSONDecodeError as e:
+            what = "torn last line (a writer was interrupted)" if torn else f"invalid JSON ({e})"
+            warnings.warn(f"{path}:{n}: skipping {what}", RuntimeWarning, stacklevel=2)
+        except (ValueError, KeyError, TypeError) as e:
+            warnings.warn(f"{path}:{n}: skipping unreadable record ({type(e).__name__}: {e})",
+                          RuntimeWarning, stacklevel=2)
+
+
+def load_records(path: str, task: SearchTask | None = None) -> list[Record]:
+    """All records of ``path`` (only ``task``'s when given); ``[]`` when the file is absent."""
+    if not os.path.exists(path):
+        return []
+    return [r for r in iter_records(path) if task is None or r.task_key == task.workload_key]
+
+
+def best_record(path: str, task: SearchTask) -> Record:
+    """The valid record of ``task`` with the lowest mean cost in ``path``."""
+    if not os.path.exists(path):
+        raise NoValidRecordError(f"tuning log {path!r} does not exist; run tuning.tune([task], "
+                                 f"log={path!r}) first")
+    every = list(iter_records(path))
+    mine = [r for r in every if r.task_key == task.workload_key]
+    valid = [r for r in mine if r.valid]
+    if not valid:
+        errors = sorted({r.error.name for r in mine})
+        detail = (f"{len(mine)} record(s) for it, all failed ({', '.join(errors)})" if mine
+                  else f"none of its {len(every)} record(s) are for this task")
+        raise NoValidRecordError(
+            f"no valid record for {task.name} (key {task.workload_key}, target {task.target}) "
+            f"in {path!r}: {detail}")
+    return min(valid, key=lambda r: (r.mean, r.timestamp))
+
+
+def summarize(records: Sequence[Record]) -> dict[str, int]:
+    """Count of records per error kind (for reports)."""
+    out: dict[str, int] = {}
+    for r in records:
+        out[r.error.name] = out.get(r.error.name, 0) + 1
+    return out
+
+
+__all__ = ["NoValidRecordError", "Record", "RecordWriter", "SCHEMA_VERSION", "best_record",
+           "iter_records", "load_records", "record_from_json", "record_to_json", "summarize"]

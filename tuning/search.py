@@ -1,0 +1,129 @@
+"""Evolutionary search over annotated sketches, guided by the cost model.
+
+Each batch starts from a population of fresh random candidates plus the best candidates
+measured so far, then evolves it for a few generations: parents are drawn in proportion to
+their rank under the cost model, children come from mutation (one knob moved: a tile factor
+shifted between levels, another unroll budget, parallel depth, vector width or compute
+location) or crossover (per stage, all knobs from one parent). Every unmeasured candidate seen
+on the way competes for the batch; the model's best fill it, except an epsilon-greedy share
+of random candidates that keeps the model honest about regions it has never seen. All
+randomness comes from one ``numpy.random.Generator``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost_model import CostModel
+from .measure import MeasureInput, MeasureResult
+from .space import Candidate, SearchSpace
+from .task import SearchTask
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Knobs of the evolutionary search (defaults sized for a 2-core machine)."""
+
+    population: int = 64
+    generations: int = 3
+    mutation_prob: float = 0.85
+    eps_greedy: float = 0.1
+    elites: int = 8  # best measured candidates seeded into each population
+
+
+class EvolutionarySearch:
+    """Proposes batches of unmeasured candidates for one task."""
+
+    def __init__(self, task: SearchTask, model: CostModel, rng: np.random.Generator,
+                 options: SearchOptions | None = None, space: SearchSpace | None = None) -> None:
+        self.task = task
+        self.model = model
+        self.rng = rng
+        self.options = options or SearchOptions()
+        self.space = space or SearchSpace(task)
+        self.measured: dict[str, float] = {}  # steps key -> mean cost (inf: failed)
+        self._elite_pool: dict[str, tuple[float, Candidate]] = {}
+
+    def update(self, candidates: Sequence[Candidate], results: Sequence[MeasureResult]) -> None:
+        """Remember measurements (never propose them again; the fastest seed populations)."""
+        for c, r in zip(candidates, results):
+            cost = r.mean if r.valid else float("inf")
+            self.measured[c.key] = cost
+            if r.valid:
+                self._elite_pool[c.key] = (cost, c)
+
+    def mark_measured(self, key: str, cost: float, candidate: Candidate | None = None) -> None:
+        """A measurement from a log (resume); ``candidate`` when it could be re-created."""
+        self.measured[key] = cost
+        if candidate is not None and np.isfinite(cost):
+            self._elite_pool[key] = (cost, candidate)
+
+    def _elites(self) -> list[Candidate]:
+        best = sorted(self._elite_pool.values(), key=lambda t: t[0])
+        return [c for _, c in best[: self.options.elites]]
+
+    def _random(self, n: int, tries: int | None = None) -> list[Candidate]:
+        out: list[Candidate] = []
+        for _ in range(tries or n * 4):
+            if len(out) >= n:
+                break
+            c = self.space.sample(self.rng)
+            if c is not None:
+                out.append(c)
+        return out
+
+    def _pick(self, ranked: Sequence[Candidate], weights: np.ndarray) -> Candidate:
+        return ranked[int(self.rng.choice(len(ranked), p=weights))]
+
+    def next_batch(self, n: int) -> list[Candidate]:
+        """Up to ``n`` distinct candidates never measured before."""
+        opt = self.options
+        pop = self._elites() + self._random(max(opt.population - opt.elites, 1))
+        pool: dict[str, tuple[float, Candidate]] = {}
+        for gen in range(opt.generations + 1):
+            scores = self.model.predict([MeasureInput(self.task, c.steps, c.sketch, c.params) for c in pop])
+            for c, s in zip(pop, scores):
+                if c.key not in self.measured and np.isfinite(s):
+                    pool[c.key] = (float(s), c)
+            if gen == opt.generations:
+                break
+            alive = [(s, c) for s, c in zip(scores, pop) if np.isfinite(s)]
+            if not alive:
+                pop = self._random(opt.population)
+                continue
+            alive.sort(key=lambda t: -t[0])
+            ranked = [c for _, c in alive]
+            # rank-based selection: robust to the arbitrary scale of ranking scores
+            w = 1.0 / (np.arange(len(ranked)) + 4.0)
+            w /= w.sum()
+            children: list[Candidate] = []
+            for _ in range(opt.population * 3):
+                if len(children) >= opt.population:
+                    break
+                a = self._pick(ranked, w)
+                if self.rng.random() < opt.mutation_prob:
+                    child = self.space.mutate(a, self.rng)
+                else:
+                    child = self.space.crossover(a, self._pick(ranked, w), self.rng)
+                if child is not None:
+                    children.append(child)
+            pop = children
+        ranked_pool = sorted(pool.values(), key=lambda t: -t[0])
+        n_rand = int(round(n * opt.eps_greedy))
+        batch: dict[str, Candidate] = {}
+        for _, c in ranked_pool:
+            if len(batch) >= n - n_rand:
+                break
+            batch[c.key] = c
+        for c in self._random(n * 2, tries=n * 8):
+            if len(batch) >= n:
+                break
+            if c.key not in self.measured and c.key not in batch:
+                batch[c.key] = c
+        return list(batch.values())
+
+
+__all__ = ["EvolutionarySearch", "SearchOptions"]

@@ -1,0 +1,609 @@
+"""The search space: sketches derived from the compute DAG by rules, then random annotation.
+
+A *sketch* fixes the structure of a schedule, one `StagePlan` per stage (Ansor's sketch rules,
+CPU flavour):
+
+* injective stages that are not outputs are inlined (padding, bias-add, casts), unless they
+  hold an expensive op (exp, log...) and feed several consumers, which would recompute it;
+* reductions with data reuse (some input is read independently of some spatial axis: matmul,
+  conv) get multi-level tiling "SSRSRS" -- with the output tile in a cache_write stage when
+  the reduction is an output, or with its elementwise consumer fused on top when it is not;
+* reductions without reuse may be rfactored, so partial results can be vectorized;
+* every other stage is "simple": a compute location, an outer parallel fuse, an inner
+  vectorized split, an unroll pragma.
+
+A *candidate* is a sketch plus the values of its knobs (tile sizes, parallel depth, vector
+width, unroll budget, compute location). `SearchSpace.instantiate` turns one into steps by
+applying them to a live schedule, so an impossible combination fails there, and knobs that a
+candidate lacks (or holds invalid values for) are drawn from the given Generator -- which is
+how sampling, mutation and crossover all reuse the same code.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tecomp.errors import TecompError
+from tecomp.ir.expr import Call, Expr, IntImm, ProducerLoad, Reduce, Var
+from tecomp.ir.functor import ExprVisitor
+from tecomp.ir.stmt import ForKind
+from tecomp.lowering.inline import effective_bodies
+from tecomp.te.schedule import Stage
+from tecomp.te.tensor import ComputeOp, IterVar, IterVarKind
+
+from .steps import (
+    AnnotationStep,
+    CacheWriteStep,
+    ComputeAtStep,
+    ComputeInlineStep,
+    FuseStep,
+    PragmaStep,
+    ReorderStep,
+    RfactorStep,
+    SplitStep,
+    State,
+    Step,
+    steps_key,
+)
+from .task import SearchTask
+
+UNROLL_CHOICES = (0, 16, 64, 512)
+VECTOR_CHOICES = (4, 8, 16, 32, 64)
+RFACTOR_CHOICES = (4, 8, 16, 32, 64)
+MAX_INNERMOST = 64  # an innermost tile beyond this is a huge vector or unrolled body
+MAX_EXPLICIT_UNROLL = 64  # copies of the loop body an explicitly unrolled tile may make
+SPATIAL_LEVELS = 3  # inner tile levels of a spatial axis in SSRSRS (the outermost is implied)
+REDUCE_LEVELS = 1
+NON_DIVISOR_PROB = 0.1
+MAX_SKETCHES = 16
+EXPENSIVE_CALLS = frozenset({"exp", "exp2", "log", "log2", "log10", "tanh", "sigmoid", "erf",
+                             "pow", "sin", "cos", "sqrt", "rsqrt"})
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """The structural decision for one stage of the original DAG."""
+
+    stage: str
+    kind: str  # "inline" | "tile" | "rfactor" | "simple"
+    cache_write: bool = False
+    consumer: str | None = None  # "tile": the elementwise consumer fused on top
+
+
+@dataclass(frozen=True)
+class Sketch:
+    plans: tuple[StagePlan, ...]
+
+    def describe(self) -> str:
+        parts = []
+        for p in self.plans:
+            if p.kind == "tile":
+                how = "+cache" if p.cache_write else f"+fuse {p.consumer}" if p.consumer else ""
+                parts.append(f"{p.stage}:tile{how}")
+            elif p.kind != "simple":
+                parts.append(f"{p.stage}:{p.kind}")
+        return ", ".join(parts) or "simple"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A point of the space: sketch index, knob values, and the steps they produce."""
+
+    sketch: int
+    params: tuple[tuple[str, Any], ...]
+    steps: tuple[Step, ...] = field(compare=False)
+    key: str = field(compare=False, default="")
+
+    @property
+    def param_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+
+class _Mutate:
+    """Marks a knob to be moved away from ``old`` (a different choice, or a tile factor moved
+    between levels) the next time the candidate is instantiated."""
+
+    def __init__(self, old: Any) -> None:
+        self.old = old
+
+
+# analysis of the DAG --------------------------------------------------------------------------
+
+
+class _Loads(ExprVisitor):
+    def __init__(self) -> None:
+        self.loads: list[ProducerLoad] = []
+        self.calls: set[str] = set()
+
+    def visit_ProducerLoad(self, e: ProducerLoad) -> None:
+        self.loads.append(e)
+        super().visit_ProducerLoad(e)
+
+    def visit_Call(self, e: Call) -> None:
+        self.calls.add(e.name)
+        super().visit_Call(e)
+
+
+def _scan(exprs: Sequence[Expr]) -> _Loads:
+    v = _Loads()
+    for e in exprs:
+        if isinstance(e, Reduce):
+            for x in (*e.source, e.condition):
+                v.visit(x)
+        else:
+            v.visit(e)
+    return v
+
+
+def _vars_in(e: Expr) -> set[Var]:
+    out: set[Var] = set()
+
+    class _V(ExprVisitor):
+        def visit_Var(self, x: Var) -> None:
+            out.add(x)
+
+    _V().visit(e)
+    return out
+
+
+def _extent(iv: IterVar) -> int:
+    ext = iv.dom.extent if iv.dom is not None else None
+    if not isinstance(ext, IntImm):
+        raise TecompError(f"axis {iv.name} needs a constant extent for tuning")
+    return ext.value
+
+
+def _has_reuse(op: ComputeOp, body: Sequence[Expr]) -> bool:
+    """Some input is read independently of some spatial axis (so tiles can share it)."""
+    spatial = {a.var for a in op.axis}
+    for ld in _scan(body).loads:
+        used: set[Var] = set()
+        for i in ld.indices:
+            used |= _vars_in(i)
+        if spatial - used:
+            return True
+    return False
+
+
+def _readers(sch_stages: Sequence[Stage], name: str) -> list[Stage]:
+    out = []
+    for st in sch_stages:
+        if isinstance(st.op, ComputeOp) and any(t.op.name == name for t in st.op.input_tensors):
+            out.append(st)
+    return out
+
+
+def generate_sketches(task: SearchTask) -> list[Sketch]:
+    """The sketches of ``task`` (at least one), most promising structure first."""
+    state = State(task)
+    sch = state.sch
+    outputs = {op.name for op in task.outputs}
+    inline: list[str] = []
+    for st in sch.stages:
+        op = st.op
+        if not isinstance(op, ComputeOp) or op.reduce_axis or op.name in outputs:
+            continue
+        expensive = bool(_scan(op.body).calls & EXPENSIVE_CALLS)
+        if expensive and len(_readers(sch.stages, op.name)) > 1:
+            continue
+        inline.append(op.name)
+    for name in inline:
+        state.apply(ComputeInlineStep(name))
+    bodies = effective_bodies(sch)
+    live = [st for st in sch.stages if isinstance(st.op, ComputeOp) and st.attach_type != "inline"]
+    options: list[list[StagePlan]] = []
+    for name in inline:
+        options.append([StagePlan(name, "inline")])
+    for st in live:
+        op = st.op
+        assert isinstance(op, ComputeOp)
+        if not op.reduce_axis or op.num_outputs != 1:
+            continue
+        if _has_reuse(op, bodies[st]):
+            opts = []
+            fused = _fusible_consumer(st, live, bodies)
+            if fused is not None and op.name not in outputs:
+                opts.append(StagePlan(op.name, "tile", consumer=fused))
+            if op.name in outputs:
+                opts.append(StagePlan(op.name, "tile", cache_write=True))
+            opts.append(StagePlan(op.name, "tile"))
+            options.append(opts)
+        elif _extent(op.reduce_axis[-1]) >= 8:
+            options.append([StagePlan(op.name, "rfactor"), StagePlan(op.name, "simple")])
+    sketches = [Sketch(tuple(combo)) for combo in itertools.product(*options)]
+    return sketches[:MAX_SKETCHES]
+
+
+def _fusible_consumer(st: Stage, live: Sequence[Stage], bodies: Mapping[Stage, list[Expr]]) -> str | None:
+    """The single elementwise reader of ``st`` that reads it at its own axes, if any."""
+    op = st.op
+    assert isinstance(op, ComputeOp)
+    readers = []
+    for other in live:
+        if other is st:
+            continue
+        loads = [ld for ld in _scan(bodies[other]).loads if ld.producer.op.name == op.name]
+        if loads:
+            readers.append((other, loads))
+    if len(readers) != 1:
+        return None
+    reader, loads = readers[0]
+    rop = reader.op
+    assert isinstance(rop, ComputeOp)
+    if rop.reduce_axis or len(rop.axis) != len(op.axis):
+        return None
+    if [_extent(a) for a in rop.axis] != [_extent(a) for a in op.axis]:
+        return None
+    for ld in loads:
+        if len(ld.indices) != len(rop.axis) or not all(
+                i is a.var for i, a in zip(ld.indices, rop.axis)):
+            return None
+    return rop.name
+
+
+# tile sizes --------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
+
+
+@functools.lru_cache(maxsize=1024)
+def factorizations(extent: int, levels: int, max_inner: int) -> tuple[tuple[int, ...], ...]:
+    """All ``levels`` inner factors whose product divides ``extent``, innermost <= max_inner."""
+    out: list[tuple[int, ...]] = []
+
+    def rec(rest: int, prefix: tuple[int, ...]) -> None:
+        if len(prefix) == levels:
+            if prefix[-1] <= max_inner:
+                out.append(prefix)
+            return
+        for d in divisors(rest):
+            rec(rest // d, prefix + (d,))
+
+    rec(extent, ())
+    return tuple(out)
+
+
+def sample_tile(extent: int, levels: int, rng: np.random.Generator,
+                max_inner: int = MAX_INNERMOST) -> tuple[int, ...]:
+    """Random inner factors: mostly an exact factorization, sometimes powers of two that
+    leave a tail (prime extents need them, and a tail can beat a bad exact factorization)."""
+    if rng.random() < NON_DIVISOR_PROB:
+        for _ in range(8):
+            f = tuple(int(2 ** rng.integers(0, 7)) for _ in range(levels))
+            if f[-1] <= max_inner and math.prod(f) <= extent:
+                return f
+    facts = factorizations(extent, levels, max_inner)
+    return facts[int(rng.integers(len(facts)))]
+
+
+def mutate_tile(old: tuple[int, ...], extent: int, rng: np.random.Generator,
+                max_inner: int = MAX_INNERMOST) -> tuple[int, ...]:
+    """Move a prime factor between two tile levels (the outermost level included)."""
+    inner = math.prod(old)
+    if extent % inner == 0:
+        levels = [extent // inner, *old]
+        for _ in range(8):
+            src = int(rng.integers(len(levels)))
+            if levels[src] == 1:
+                continue
+            primes = [p for p in divisors(levels[src])[1:] if all(p % q for q in range(2, p))]
+            p = primes[int(rng.integers(len(primes)))]
+            dst = int(rng.integers(len(levels) - 1))
+            dst = dst + 1 if dst >= src else dst
+            new = list(levels)
+            new[src] //= p
+            new[dst] *= p
+            if new[-1] <= max_inner:
+                return tuple(new[1:])
+    return sample_tile(extent, len(old), rng, max_inner)
+
+
+# instantiation -------------------------------------------------------------------------------
+
+
+class _Builder:
+    """Applies a sketch to a fresh State, reading knob values from ``params`` (or drawing them)."""
+
+    def __init__(self, task: SearchTask, sketch: Sketch, params: Mapping[str, Any],
+                 rng: np.random.Generator | None) -> None:
+        self.state = State(task)
+        self.sketch = sketch
+        self.params = params
+        self.rng = rng
+        self.used: dict[str, Any] = {}
+        self.outputs = {op.name for op in task.outputs}
+
+    def _draw(self, key: str) -> np.random.Generator:
+        if self.rng is None:
+            raise TecompError(f"knob {key} has no valid value and no Generator was given")
+        return self.rng
+
+    def choice(self, key: str, options: Sequence[int]) -> int:
+        v = self.params.get(key)
+        if isinstance(v, _Mutate):
+            others = [o for o in options if o != v.old] or list(options)
+            v = others[int(self._draw(key).integers(len(others)))]
+        elif v not in options:
+            v = options[int(self._draw(key).integers(len(options)))]
+        self.used[key] = v
+        return int(v)  # type: ignore[arg-type]
+
+    def tile(self, key: str, extent: int, levels: int, max_inner: int = MAX_INNERMOST) -> tuple[int, ...]:
+        v = self.params.get(key)
+        if isinstance(v, _Mutate):
+            v = mutate_tile(tuple(v.old), extent, self._draw(key), max_inner)
+        elif not (isinstance(v, tuple) and len(v) == levels and all(isinstance(x, int) and x > 0 for x in v)
+                  and v[-1] <= max_inner and math.prod(v) <= extent):
+            v = sample_tile(extent, levels, self._draw(key), max_inner)
+        self.used[key] = v
+        return v
+
+    def apply(self, step: Step) -> Any:
+        return self.state.apply(step)
+
+    # the whole sketch ------------------------------------------------------------------------
+    def build(self) -> None:
+        st = self.state
+        tile_compute: dict[str, StagePlan] = {}
+        tile_consumer: dict[str, tuple[str, StagePlan]] = {}
+        for p in self.sketch.plans:
+            if p.kind == "inline":
+                self.apply(ComputeInlineStep(p.stage))
+        for p in self.sketch.plans:
+            if p.kind == "rfactor":
+                self._rfactor(p.stage)
+            elif p.kind == "tile":
+                compute = p.stage
+                if p.cache_write:
+                    self.apply(CacheWriteStep(p.stage, "local"))
+                    compute = f"{p.stage}.local"
+                    tile_consumer[p.stage] = (compute, p)
+                elif p.consumer is not None:
+                    tile_consumer[p.consumer] = (compute, p)
+                tile_compute[compute] = p
+        done: set[str] = set()
+        for stage in reversed(list(st.sch.stages)):
+            name = stage.op.name
+            if not isinstance(stage.op, ComputeOp) or stage.attach_type == "inline" or name in done:
+                continue
+            if name in tile_consumer:
+                compute, plan = tile_consumer[name]
+                self._tile_with_consumer(compute, name, plan)
+                done.add(compute)
+            elif name in tile_compute:
+                self._tile_plain(name, tile_compute[name])
+            else:
+                self._simple(name)
+            done.add(name)
+
+    def _rfactor(self, name: str) -> None:
+        stage = self.state.stage(name)
+        op = stage.op
+        assert isinstance(op, ComputeOp)
+        r = op.reduce_axis[-1]
+        ext = _extent(r)
+        f = self.choice(f"{name}/rf", [c for c in RFACTOR_CHOICES if c <= ext] or [ext])
+        pos = self.state.index(name, r)
+        self.apply(SplitStep(name, pos, (f,)))
+        self.apply(RfactorStep(name, pos + 1, len(op.axis)))
+
+    def _spatial_tiles(self, key: str, axes: Sequence[IterVar]) -> list[tuple[int, ...]]:
+        return [self.tile(f"{key}/S{d}", _extent(a), SPATIAL_LEVELS) for d, a in enumerate(axes)]
+
+    def _reduce_tiles(self, key: str, axes: Sequence[IterVar]) -> list[tuple[int, ...]]:
+        return [self.tile(f"{key}/R{d}", _extent(a), REDUCE_LEVELS) for d, a in enumerate(axes)]
+
+    def _split_all(self, name: str, axes: Sequence[IterVar], factors: Sequence[tuple[int, ...]]) -> list[list[IterVar]]:
+        parts = []
+        for a, f in zip(axes, factors):
+            parts.append(self.apply(SplitStep(name, self.state.index(name, a), f)))
+        return parts
+
+    def _reorder(self, name: str, order: Sequence[IterVar]) -> None:
+        pos = [self.state.index(name, iv) for iv in order]
+        if pos != list(range(len(pos))):
+            self.apply(ReorderStep(name, tuple(pos)))
+
+    def _parallel(self, name: str, count: int) -> None:
+        if count <= 0:
+            return
+        if count > 1:
+            self.apply(FuseStep(name, tuple(range(count))))
+        self.apply(AnnotationStep(name, 0, "parallel"))
+
+    def _unroll(self, name: str, key: str) -> None:
+        u = self.choice(f"{key}/unroll", UNROLL_CHOICES)
+        if u:
+            self.apply(PragmaStep(name, 0, "auto_unroll_max_step", u))
+
+    def _unroll_tile(self, name: str, key: str, loops: Sequence[tuple[IterVar, int]]) -> None:
+        """Explicitly unroll the innermost tile (R1 and S3 loops, the vector loop excepted):
+        the register tile of a GEMM micro-kernel. Offered only for small tiles, as unrolled
+        bodies cost compile time."""
+        if not loops or math.prod(e for _, e in loops) > MAX_EXPLICIT_UNROLL:
+            self.choice(f"{key}/unroll_tile", (0,))
+            return
+        if self.choice(f"{key}/unroll_tile", (0, 1)):
+            for iv, ext in loops:
+                if ext > 1:
+                    self.apply(AnnotationStep(name, self.state.index(name, iv), "unroll"))
+
+    def _tile_plain(self, name: str, plan: StagePlan) -> None:
+        op = self.state.stage(name).op
+        assert isinstance(op, ComputeOp)
+        key = plan.stage
+        s_tiles = self._spatial_tiles(key, op.axis)
+        r_tiles = self._reduce_tiles(key, op.reduce_axis)
+        sp = self._split_all(name, op.axis, s_tiles)
+        rp = self._split_all(name, op.reduce_axis, r_tiles)
+        order = ([p[0] for p in sp] + [p[1] for p in sp] + [p[0] for p in rp] + [p[2] for p in sp]
+                 + [p[1] for p in rp] + [p[3] for p in sp])
+        self._reorder(name, order)
+        vec = self.choice(f"{key}/vec", (0, 1))
+        if vec:
+            self.apply(AnnotationStep(name, self.state.index(name, sp[-1][3]), "vectorize"))
+        inner = [(p[1], f[0]) for p, f in zip(rp, r_tiles)] + [(p[3], f[2]) for p, f in zip(sp, s_tiles)]
+        self._unroll_tile(name, key, inner[:-1] if vec else inner)
+        # fuse before the pragma goes on leaf 0: a fused loop does not keep its parts' pragmas
+        self._parallel(name, self.choice(f"{key}/par", tuple(range(0, 2 * len(sp) + 1))))
+        self._unroll(name, key)
+
+    def _tile_with_consumer(self, compute: str, consumer: str, plan: StagePlan) -> None:
+        key = plan.stage
+        cop = self.state.stage(compute).op
+        yop = self.state.stage(consumer).op
+        assert isinstance(cop, ComputeOp) and isinstance(yop, ComputeOp)
+        n = len(yop.axis)
+        s_tiles = self._spatial_tiles(key, cop.axis)
+        r_tiles = self._reduce_tiles(key, cop.reduce_axis)
+        # consumer: S0 S1 | tile, the tile covering the two inner spatial levels
+        yp = self._split_all(consumer, yop.axis, [(f[0], f[1] * f[2]) for f in s_tiles])
+        self._reorder(consumer, [p[0] for p in yp] + [p[1] for p in yp] + [p[2] for p in yp])
+        par = self.choice(f"{key}/par", tuple(range(1, 2 * n + 1)))
+        at = self.choice(f"{key}/at", (0, 1))
+        vec = self.choice(f"{key}/vec", (0, 1))
+        attach = yp[n - 1][at]
+        if vec:
+            self.apply(AnnotationStep(consumer, self.state.index(consumer, yp[-1][2]), "vectorize"))
+        attach_pos = self.state.index(consumer, attach)
+        self._parallel(consumer, par)
+        self.apply(ComputeAtStep(compute, consumer, max(0, attach_pos - max(par - 1, 0))))
+        # compute stage: R0 S2 R1 S3 inside the attach loop
+        sp = self._split_all(compute, cop.axis, [(f[2],) for f in s_tiles])
+        rp = self._split_all(compute, cop.reduce_axis, r_tiles)
+        order = [p[0] for p in rp] + [p[0] for p in sp] + [p[1] for p in rp] + [p[1] for p in sp]
+        self._reorder(compute, order)
+        if vec:
+            self.apply(AnnotationStep(compute, self.state.index(compute, sp[-1][1]), "vectorize"))
+        inner = [(p[1], f[0]) for p, f in zip(rp, r_tiles)] + [(p[1], f[2]) for p, f in zip(sp, s_tiles)]
+        self._unroll_tile(compute, key, inner[:-1] if vec else inner)
+        self._unroll(compute, key)
+
+    def _simple(self, name: str) -> None:
+        stage = self.state.stage(name)
+        op = stage.op
+        assert isinstance(op, ComputeOp)
+        is_out = stage.is_output or name in self.outputs
+        attached = False
+        if not is_out:
+            opts = _attach_options(self.state, name)
+            at = self.choice(f"{name}/at", tuple(range(len(opts) + 1)))
+            if at:
+                tgt, pos = opts[at - 1]
+                self.apply(ComputeAtStep(name, tgt, pos))
+                attached = True
+        spatial = list(op.axis)
+        lead = len(spatial)
+        if spatial:
+            ext = _extent(spatial[-1])
+            vopts = [1] + [v for v in VECTOR_CHOICES if v < ext] + ([ext] if ext <= MAX_INNERMOST else [])
+            vf = self.choice(f"{name}/vec", tuple(dict.fromkeys(vopts)))
+            if vf > 1:
+                pos = self.state.index(name, spatial[-1])
+                outer, inner = self.apply(SplitStep(name, pos, (vf,)))
+                if op.reduce_axis:
+                    self._reorder(name, spatial[:-1] + [outer] + list(op.reduce_axis) + [inner])
+                self.apply(AnnotationStep(name, self.state.index(name, inner), "vectorize"))
+        if not attached and spatial:
+            self._parallel(name, self.choice(f"{name}/par", tuple(range(0, lead + 1))))
+        if op.reduce_axis:
+            self._unroll(name, name)
+
+
+def _attach_options(state: State, name: str) -> list[tuple[str, int]]:
+    """Loops where ``name`` may be computed: loops of the one root-level stage that holds all
+    of its readers, outside where any reader is computed, not inside a vectorized loop."""
+    sch = state.sch
+    readers: list[Stage] = []
+    todo = [name]
+    while todo:
+        cur = todo.pop()
+        for r in _readers(sch.stages, cur):
+            if r.attach_type == "inline":
+                todo.append(r.op.name)
+            elif r not in readers:
+                readers.append(r)
+    target: Stage | None = None
+    limit = -1
+    for r in readers:
+        if r.attach_type == "scope":
+            assert r.attach_stage is not None
+            t, lim = r.attach_stage, r.attach_stage.leaf_iter_vars.index(r.attach_ivar)  # type: ignore[arg-type]
+        else:
+            t = r
+            leaves = r.leaf_iter_vars
+            lim = next((k for k, iv in enumerate(leaves) if iv.kind == IterVarKind.REDUCE), len(leaves)) - 1
+        if target is None:
+            target, limit = t, lim
+        elif t is target:
+            limit = min(limit, lim)
+        else:
+            return []
+    if target is None:
+        return []
+    out = []
+    for k in range(limit + 1):
+        iv = target.leaf_iter_vars[k]
+        a = target.iter_var_attrs.get(iv)
+        if a is not None and a.kind == ForKind.VECTORIZED:
+            break
+        out.append((target.op.name, k))
+    return out
+
+
+class SearchSpace:
+    """Sketches of a task and the ways to draw, mutate and cross candidates from them."""
+
+    def __init__(self, task: SearchTask) -> None:
+        self.task = task
+        self.sketches = generate_sketches(task)
+
+    def instantiate(self, sketch: int, params: Mapping[str, Any],
+                    rng: np.random.Generator | None = None) -> Candidate | None:
+        """The candidate for these knob values (missing/invalid ones drawn from ``rng``), or
+        None when the schedule primitives reject the combination."""
+        b = _Builder(self.task, self.sketches[sketch], params, rng)
+        try:
+            b.build()
+        except TecompError:
+            return None
+        steps = tuple(b.state.steps)
+        return Candidate(sketch, tuple(sorted(b.used.items())), steps, steps_key(steps))
+
+    def sample(self, rng: np.random.Generator) -> Candidate | None:
+        return self.instantiate(int(rng.integers(len(self.sketches))), {}, rng)
+
+    def mutate(self, cand: Candidate, rng: np.random.Generator) -> Candidate | None:
+        """Change one knob: move a tile factor between levels, or pick another choice."""
+        params = dict(cand.params)
+        if not params:
+            return self.sample(rng)
+        key = list(params)[int(rng.integers(len(params)))]
+        params[key] = _Mutate(params[key])
+        return self.instantiate(cand.sketch, params, rng)
+
+    def crossover(self, a: Candidate, b: Candidate, rng: np.random.Generator) -> Candidate | None:
+        """Per stage, take all knobs from one parent (only between candidates of one sketch)."""
+        if a.sketch != b.sketch:
+            return self.mutate(a, rng)
+        pa, pb = dict(a.params), dict(b.params)
+        stages = sorted({k.split("/")[0] for k in (*pa, *pb)})
+        pick = {s: bool(rng.integers(2)) for s in stages}
+        params = {k: v for k, v in pa.items() if pick[k.split("/")[0]]}
+        params.update({k: v for k, v in pb.items() if not pick[k.split("/")[0]]})
+        return self.instantiate(a.sketch, params, rng)
+
+
+__all__ = ["Candidate", "SearchSpace", "Sketch", "StagePlan", "factorizations",
+           "generate_sketches", "mutate_tile", "sample_tile"]
