@@ -78,3 +78,17 @@ def test_compute_at_region_extent_depending_on_outer_loop_with_symbolic_dim():
         a = RNG.standard_normal(m).astype("float32")
         ref = 2 * a + 2 * a[np.minimum(np.arange(m) + 1, m - 1)]
         run_both(s, [A, C], [a], ref)
+
+
+def test_loop_partition_does_not_take_floordiv_mod_for_linear():
+    # passes/loop_partition.py: a guard was taken as linear in the loop variable from three
+    # samples (v = 0, 1, 2); x // 6 * 15 + x % 6 equals x there, so the fused loop of a tile
+    # was cut as if the guard were x + 6*io < 17 and its steady part wrote past the end.
+    A = te.placeholder((17,), name="A")
+    B = te.compute((17,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    o, i = s[B].split(s[B].op.axis[0], factor=15)
+    _, _, oi, ii = s[B].tile(o, i, 2, 6)
+    s[B].fuse(oi, ii)
+    a = RNG.standard_normal(17).astype("float32")
+    run_both(s, [A, B], [a], a * 2)

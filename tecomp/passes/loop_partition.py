@@ -102,7 +102,11 @@ def _linear(e: Expr, v: Var) -> tuple[int, Expr] | None:
     a = simplify(e1 - e0)
     a2 = simplify(e2 - e1)
     if isinstance(a, IntImm) and isinstance(a2, IntImm) and a.value == a2.value and a.value != 0:
-        return a.value, e0
+        # Three samples do not make a line (x // 6 * 15 + x % 6 is x on 0, 1, 2): the rest
+        # must not depend on v at all.
+        rest = simplify(e - const(a.value, v.dtype) * v)
+        if v not in free_vars(rest):
+            return a.value, rest
     return None
 
 
