@@ -19,6 +19,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import best_of  # noqa: E402
 
 import tecomp as tc  # noqa: E402
 from tecomp import te  # noqa: E402
@@ -49,17 +52,6 @@ def gemm_schedule(n: int, m: int, k: int, mr: int = 6, bn: int = 64, kb: int = 4
     return s, [A, B, C]
 
 
-def measure(fn, *args, number: int = 3, repeat: int = 5) -> float:
-    fn(*args)
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn(*args)
-        best = min(best, (time.perf_counter() - t0) / number)
-    return best
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1024)
@@ -80,7 +72,7 @@ def main() -> None:
     # interleave the two so machine noise hits both alike; numpy first in each round
     t_np, t_tc = float("inf"), float("inf")
     for _ in range(3):
-        t_np = min(t_np, measure(lambda: a @ b, repeat=args.repeat))
+        t_np = min(t_np, best_of(lambda: a @ b, repeat=args.repeat))
         time.sleep(0.05)  # let OpenMP workers go idle so they do not steal cycles from OpenBLAS
         t_tc = min(t_tc, f.time_evaluator(number=3, repeat=args.repeat)(a, b, c).min)
         time.sleep(0.05)

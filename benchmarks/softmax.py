@@ -18,6 +18,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import best_of  # noqa: E402
 
 import tecomp as tc  # noqa: E402
 from tecomp import te  # noqa: E402
@@ -58,17 +61,6 @@ def numpy_softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def best_of(fn, repeat: int, number: int = 5) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / number)
-    return best
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=4096)
@@ -84,7 +76,7 @@ def main() -> None:
     np.testing.assert_allclose(y, numpy_softmax(x), rtol=1e-5, atol=1e-7)
     t_np, t_tc = float("inf"), float("inf")
     for _ in range(3):
-        t_np = min(t_np, best_of(lambda: numpy_softmax(x), args.repeat))
+        t_np = min(t_np, best_of(lambda: numpy_softmax(x), args.repeat, number=5))
         time.sleep(0.05)
         t_tc = min(t_tc, f.time_evaluator(number=5, repeat=args.repeat)(x, y).min)
         time.sleep(0.05)

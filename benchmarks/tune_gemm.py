@@ -23,6 +23,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import best_of  # noqa: E402
 
 import tecomp as tc  # noqa: E402
 import tuning  # noqa: E402
@@ -39,17 +42,6 @@ def gemm(n: int, k: int, m: int) -> list[te.Tensor]:
     r = te.reduce_axis((0, k), name="r")
     C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
     return [A, B, C]
-
-
-def best_of(fn, repeat: int, number: int = 3) -> float:  # type: ignore[no-untyped-def]
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / number)
-    return best
 
 
 def main() -> None:
@@ -87,7 +79,7 @@ def main() -> None:
     flops = 2.0 * n**3
     t_np, t_tc, t_tc0 = float("inf"), float("inf"), float("inf")
     for _ in range(3):
-        t_np = min(t_np, best_of(lambda: a @ b, args.repeat))
+        t_np = min(t_np, best_of(lambda: a @ b, args.repeat, number=3))
         time.sleep(0.05)  # let OpenMP workers go idle so they do not steal cycles from OpenBLAS
         t_tc = min(t_tc, f.time_evaluator(number=3, repeat=args.repeat)(a, b, c).min)
         t_tc0 = min(t_tc0, f.time_evaluator(number=3, repeat=args.repeat)(a0, b0, c0).min)
