@@ -12,9 +12,8 @@ Float tolerances are derived per stage from a static bound on the rounding error
 provably exact (inputs are multiples of 1/4, bounded growth) must match bit for bit, which is
 what makes float->int casts of them safe to test. Ints are always compared exactly.
 
-``TECOMP_HYPOTHESIS_EXAMPLES`` sets the number of examples (default 50; derandomized, so CI is
-reproducible). ``TECOMP_DIFF_LOG=path`` records failures as JSON lines and keeps going instead
-of stopping at the first one (for long triage runs).
+``TECOMP_HYPOTHESIS_EXAMPLES``: number of examples (default 50; derandomized: CI is reproducible).
+``TECOMP_DIFF_LOG=path``: record failures as JSON lines and go on (long triage runs).
 """
 
 from __future__ import annotations
@@ -69,8 +68,8 @@ class Info(NamedTuple):
 
     dtype: str
     M: float
-    g: int | None
-    E: float
+    g: int | None  # values are multiples of 2**-g
+    E: float  # bound on |float32 result - exact result|
 
 
 def _fin(dtype: str, M: float, g: int | None, E: float, rounds: bool = True) -> Info:
@@ -243,6 +242,7 @@ class Gen:
         self.draw = draw
         self.prog = Program(None, [], [], [])
         self.info: dict[str, Info] = {}
+        self.read: set[str] = set()
 
     def chance(self, p: float) -> bool:
         return self.draw(st.integers(0, 99)) >= 100 - int(100 * p)  # shrinks to False
@@ -258,9 +258,10 @@ class Gen:
         for k in range(self.draw(st.integers(1, 4))):
             self.stage(k)
         p = self.prog
-        p.outputs = [p.stages[-1].name]
+        # every stage nothing reads is an output (branches), sometimes an intermediate one too
+        p.outputs = [s.name for s in p.stages if s.name not in self.read]
         if len(p.stages) > 1 and self.chance(0.15):
-            p.outputs.insert(0, self.pick([s.name for s in p.stages[:-1]]))
+            p.outputs = sorted({*p.outputs, self.pick([s.name for s in p.stages[:-1]])})
         return p
 
     def dims(self, lo: int, hi: int, budget: int) -> list[Dim]:
@@ -276,8 +277,8 @@ class Gen:
         dims = self.dims(1, 3, 400 if red else GRID_BUDGET)
         rdims = self.dims(1, 2, max(1, GRID_BUDGET // math.prod(d.val for d in dims))) if red else []
         slots = [(("s", j), d) for j, d in enumerate(dims)] + [(("r", j), d) for j, d in enumerate(rdims)]
-        self.ctx = dict(slots=slots, grid=_grid_env(dims, rdims), k=k,
-                        forced=self.prog.stages[-1].name if k else "new")
+        prev = (self.prog.stages[-1] if self.chance(0.7) else self.pick(self.prog.stages)).name if k else "new"
+        self.ctx = dict(slots=slots, grid=_grid_env(dims, rdims), forced=prev)
         body, info = self.value(self.draw(st.integers(1, 3)))
         if self.ctx["forced"] is not None:
             ld, li = self.load()
@@ -316,10 +317,9 @@ class Gen:
         if vals.min() >= 0 and vals.max() < d.val:
             return ix, None
         fix = self.pick(["guard", "guard", "wrap", "clamp"])
-        if fix == "wrap":
-            return ("imod", ix, ("dim", d)), None
-        if fix == "clamp":
-            return ("imin", ("imax", ix, ("c", 0)), ("iadd", ("dim", d), ("c", -1))), None
+        if fix != "guard":
+            return (("imod", ix, ("dim", d)) if fix == "wrap" else
+                    ("imin", ("imax", ix, ("c", 0)), ("iadd", ("dim", d), ("c", -1)))), None
         return ix, ("all", [("ge", ix, ("c", 0)), ("lt", ix, ("dim", d))])
 
     def raw_index(self, d: Dim) -> tuple:
@@ -371,6 +371,7 @@ class Gen:
             return self.new_input()
         else:
             name = self.pick(names)
+        self.read.add(name)
         idx, guards = [], []
         for d in p.dims_of(name):
             ix, g = self.index(d)
@@ -426,7 +427,7 @@ class Gen:
             g = None if g is None else ia.g + ib.g  # type: ignore[operator]
         else:
             M, E = max(ia.M, ib.M), max(ia.E, ib.E)
-        if M > (INT_MAX_MAG if ia.dtype == "int32" else FLOAT_MAX_MAG):
+        if op not in ("max", "min") and M > (INT_MAX_MAG if ia.dtype == "int32" else FLOAT_MAX_MAG):
             return self.binop("max", x, y)
         rounds = op not in ("max", "min")
         return ("bin", op, a, b), _fin(ia.dtype, M, g, E, rounds)
@@ -523,11 +524,8 @@ def reference(p: Program, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray
             axes = tuple(range(len(sp.dims), len(grid)))
             if sp.where is not None:
                 mask = np.broadcast_to(ev(sp.where, NP, env), grid)
-                ident = {"sum": 0, "max": -np.inf, "min": np.inf}[sp.reducer]
-                if x.dtype.kind == "i" and sp.reducer != "sum":
-                    info = np.iinfo(np.int32)
-                    ident = info.min if sp.reducer == "max" else info.max
-                x = np.where(mask, x, ident)
+                lim = np.iinfo(np.int32) if x.dtype.kind == "i" else np.finfo(np.float64)
+                x = np.where(mask, x, {"sum": 0, "max": lim.min, "min": lim.max}[sp.reducer])
             x = {"sum": np.sum, "max": np.max, "min": np.min}[sp.reducer](x, axis=axes)
             if sp.init is not None:
                 x = {"sum": np.add, "max": np.maximum, "min": np.minimum}[sp.reducer](x, sp.init)
@@ -637,8 +635,7 @@ class Sched:
         leaves = [iv for iv in X.leaf_iter_vars if iv.kind == IterVarKind.REDUCE]
         r = g.pick(leaves)
         if len(leaves) == 1 or g.chance(0.8):
-            by = g.pick(["factor", "nparts"])
-            v = g.draw(st.integers(1, 8))
+            by, v = g.pick(["factor", "nparts"]), g.draw(st.integers(1, 8))
             r = g.pick(list(X.split(r, **{by: v})))
             self.log.append(f"s[{X.name}].split(reduce, {by}={v}) -> rfactor on {r.name}")
         fa = g.draw(st.integers(0, len(X.op.axis)))
@@ -712,14 +709,13 @@ class Sched:
             iv = g.pick(free)
             X.unroll(iv)
             log.append(f"s[{X.name}].unroll({iv.name})")
-        if leaves and g.chance(0.15):
+        if g.chance(0.15):
             iv, v = g.pick(leaves), g.pick([0, 4, 16, 64])
             X.pragma(iv, "auto_unroll_max_step", v)
             log.append(f"s[{X.name}].pragma({iv.name}, 'auto_unroll_max_step', {v})")
         if (X in self.cache_stages and all(isinstance(a.dom.extent, IntImm) for a in X.op.axis)
                 and g.chance(0.5)):
-            a = g.pick(list(X.op.axis))
-            f = g.pick([2, 4, 8, 16])
+            a, f = g.pick(list(X.op.axis)), g.pick([2, 4, 8, 16])
             o = g.draw(st.integers(0, f - 1))
             X.storage_align(a, f, o)
             log.append(f"s[{X.name}].storage_align({a.name}, {f}, {o})")
