@@ -7,12 +7,10 @@ from typing import Any
 
 from ..arith.simplify import simplify
 from ..errors import LoweringError, ScheduleError
-from ..ir import dtype as dt
 from ..ir.buffer import Buffer
 from ..ir.expr import (
     And,
     BufferLoad,
-    Call,
     Expr,
     IntImm,
     ProducerLoad,
@@ -24,7 +22,6 @@ from ..ir.functor import ExprMutator, StmtMutator, StmtVisitor, free_vars, subst
 from ..ir.stmt import (
     Allocate,
     BufferStore,
-    Evaluate,
     For,
     ForKind,
     IfThenElse,
@@ -386,4 +383,4 @@ def lower_schedule(sch: Schedule, args: Sequence[Any], name: str = "main") -> Pr
     return Lowering(sch, args, name).lower()
 
 
-__all__ = ["lower_schedule", "dt", "Call", "Evaluate"]
+__all__ = ["Lowering", "lower_schedule"]
