@@ -40,6 +40,7 @@ from tecomp.te.tensor import ComputeOp, IterVar, IterVarKind
 
 from .steps import (
     AnnotationStep,
+    CacheReadStep,
     CacheWriteStep,
     ComputeAtStep,
     ComputeInlineStep,
@@ -57,11 +58,19 @@ from .task import SearchTask
 UNROLL_CHOICES = (0, 16, 64, 512)
 VECTOR_CHOICES = (4, 8, 16, 32, 64)
 RFACTOR_CHOICES = (4, 8, 16, 32, 64)
+# where a packed input is copied: 0 = not packed, v > 0 = at leaf v - 1 of the loop nest that
+# holds the tile (clamped to the loops outside the reduction); outer = bigger, rarer copies
+PACK_CHOICES = (0, 1, 2, 3)
+AT_ROOT_PRIOR = 0.3  # odds of a fresh sample computing a simple stage at root ...
+AT_OUTER_PRIOR = 0.4  # ... or at the consumer's outermost loop (the rest: deeper loops)
+NO_VECTOR_PRIOR = 0.1  # relative odds of an unvectorized simple stage (vector widths: 1.0 each)
+PACK_VECTOR = 16
 MAX_INNERMOST = 64  # an innermost tile beyond this is a huge vector or unrolled body
 MAX_EXPLICIT_UNROLL = 64  # copies of the loop body an explicitly unrolled tile may make
 SPATIAL_LEVELS = 3  # inner tile levels of a spatial axis in SSRSRS (the outermost is implied)
 REDUCE_LEVELS = 1
 NON_DIVISOR_PROB = 0.1
+VECTOR_TILE_PRIOR = 0.7  # odds that a fresh tile of the vectorizable axis fills whole vectors
 MAX_SKETCHES = 16
 EXPENSIVE_CALLS = frozenset({"exp", "exp2", "log", "log2", "log10", "tanh", "sigmoid", "erf",
                              "pow", "sin", "cos", "sqrt", "rsqrt"})
@@ -75,6 +84,7 @@ class StagePlan:
     kind: str  # "inline" | "tile" | "rfactor" | "simple"
     cache_write: bool = False
     consumer: str | None = None  # "tile": the elementwise consumer fused on top
+    pack: tuple[str, ...] = ()  # "tile": inputs that may be packed tile by tile (cache_read)
 
 
 @dataclass(frozen=True)
@@ -209,16 +219,34 @@ def generate_sketches(task: SearchTask) -> list[Sketch]:
         if _has_reuse(op, bodies[st]):
             opts = []
             fused = _fusible_consumer(st, live, bodies)
+            pack = _packable(op)
             if fused is not None and op.name not in outputs:
-                opts.append(StagePlan(op.name, "tile", consumer=fused))
+                opts.append(StagePlan(op.name, "tile", consumer=fused, pack=pack))
             if op.name in outputs:
-                opts.append(StagePlan(op.name, "tile", cache_write=True))
-            opts.append(StagePlan(op.name, "tile"))
+                opts.append(StagePlan(op.name, "tile", cache_write=True, pack=pack))
+            opts.append(StagePlan(op.name, "tile", pack=pack))
             options.append(opts)
         elif _extent(op.reduce_axis[-1]) >= 8:
             options.append([StagePlan(op.name, "rfactor"), StagePlan(op.name, "simple")])
     sketches = [Sketch(tuple(combo)) for combo in itertools.product(*options)]
     return sketches[:MAX_SKETCHES]
+
+
+def _packable(op: ComputeOp) -> tuple[str, ...]:
+    """Inputs of a tiled reduction worth packing: read directly (not through an inlined stage,
+    which cache_read cannot reach), at least 2-D, and with a spatial axis in the last index, so
+    a tile of the output reads short pieces of many rows of it (B[r, j] in a GEMM). Copying
+    the tile's region into a buffer of its own makes those rows contiguous: the panel packing
+    of BLAS libraries, which removes the cache-set and TLB conflicts of a strided panel."""
+    spatial = {a.var for a in op.axis}
+    out: list[str] = []
+    for ld in _scan(op.body).loads:
+        name = ld.producer.op.name
+        if len(ld.indices) < 2 or name in out or name == op.name:
+            continue
+        if _vars_in(ld.indices[-1]) & spatial:
+            out.append(name)
+    return tuple(out)
 
 
 def _fusible_consumer(st: Stage, live: Sequence[Stage], bodies: Mapping[Stage, list[Expr]]) -> str | None:
@@ -275,15 +303,23 @@ def factorizations(extent: int, levels: int, max_inner: int) -> tuple[tuple[int,
 
 
 def sample_tile(extent: int, levels: int, rng: np.random.Generator,
-                max_inner: int = MAX_INNERMOST) -> tuple[int, ...]:
+                max_inner: int = MAX_INNERMOST, vector: bool = False) -> tuple[int, ...]:
     """Random inner factors: mostly an exact factorization, sometimes powers of two that
-    leave a tail (prime extents need them, and a tail can beat a bad exact factorization)."""
+    leave a tail (prime extents need them, and a tail can beat a bad exact factorization).
+
+    ``vector``: the innermost factor may become a vector loop, so most draws take one that
+    fills whole registers (a multiple of 8 lanes) when the extent has such factorizations --
+    uniform draws mostly give 1-4 lanes, which waste the vector units."""
     if rng.random() < NON_DIVISOR_PROB:
         for _ in range(8):
             f = tuple(int(2 ** rng.integers(0, 7)) for _ in range(levels))
             if f[-1] <= max_inner and math.prod(f) <= extent:
                 return f
     facts = factorizations(extent, levels, max_inner)
+    if vector and rng.random() < VECTOR_TILE_PRIOR:
+        wide = [f for f in facts if f[-1] % 8 == 0]
+        if wide:
+            return wide[int(rng.integers(len(wide)))]
     return facts[int(rng.integers(len(facts)))]
 
 
@@ -323,29 +359,38 @@ class _Builder:
         self.rng = rng
         self.used: dict[str, Any] = {}
         self.outputs = {op.name for op in task.outputs}
+        self.packs: dict[str, list[tuple[str, int]]] = {}  # tiled stage -> (pack stage, knob)
 
     def _draw(self, key: str) -> np.random.Generator:
         if self.rng is None:
             raise TecompError(f"knob {key} has no valid value and no Generator was given")
         return self.rng
 
-    def choice(self, key: str, options: Sequence[int]) -> int:
+    def choice(self, key: str, options: Sequence[int], prior: Sequence[float] | None = None) -> int:
+        """The knob's value from ``params``; else a draw (from ``prior`` when given: the odds
+        of each option for a fresh sample; a mutation moves to any other option uniformly)."""
         v = self.params.get(key)
         if isinstance(v, _Mutate):
             others = [o for o in options if o != v.old] or list(options)
             v = others[int(self._draw(key).integers(len(others)))]
         elif v not in options:
-            v = options[int(self._draw(key).integers(len(options)))]
+            rng = self._draw(key)
+            if prior is not None and len(prior) == len(options):
+                p = np.asarray(prior, dtype=float)
+                v = options[int(rng.choice(len(options), p=p / p.sum()))]
+            else:
+                v = options[int(rng.integers(len(options)))]
         self.used[key] = v
         return int(v)  # type: ignore[arg-type]
 
-    def tile(self, key: str, extent: int, levels: int, max_inner: int = MAX_INNERMOST) -> tuple[int, ...]:
+    def tile(self, key: str, extent: int, levels: int, max_inner: int = MAX_INNERMOST,
+             vector: bool = False) -> tuple[int, ...]:
         v = self.params.get(key)
         if isinstance(v, _Mutate):
             v = mutate_tile(tuple(v.old), extent, self._draw(key), max_inner)
         elif not (isinstance(v, tuple) and len(v) == levels and all(isinstance(x, int) and x > 0 for x in v)
                   and v[-1] <= max_inner and math.prod(v) <= extent):
-            v = sample_tile(extent, levels, self._draw(key), max_inner)
+            v = sample_tile(extent, levels, self._draw(key), max_inner, vector)
         self.used[key] = v
         return v
 
@@ -372,7 +417,8 @@ class _Builder:
                 elif p.consumer is not None:
                     tile_consumer[p.consumer] = (compute, p)
                 tile_compute[compute] = p
-        done: set[str] = set()
+                self._cache_packs(compute, p)
+        done: set[str] = {name for packs in self.packs.values() for name, _ in packs}
         for stage in reversed(list(st.sch.stages)):
             name = stage.op.name
             if not isinstance(stage.op, ComputeOp) or stage.attach_type == "inline" or name in done:
@@ -387,6 +433,29 @@ class _Builder:
                 self._simple(name)
             done.add(name)
 
+    def _cache_packs(self, compute: str, plan: StagePlan) -> None:
+        """cache_read the packable inputs the knobs ask for (placed by `_place_packs` once
+        the tile's loops exist)."""
+        packs: list[tuple[str, int]] = []
+        for t in plan.pack:
+            name = f"{t}.global"
+            if self.state.has_stage(name):  # packed for another stage already
+                continue
+            v = self.choice(f"{plan.stage}/pack_{t}", PACK_CHOICES)
+            if v:
+                self.apply(CacheReadStep(t, "global", (compute,)))
+                packs.append((name, v))
+        self.packs[compute] = packs
+
+    def _place_packs(self, compute: str, target: str, limit: int) -> None:
+        """Compute the packs of ``compute`` at a loop of ``target`` up to leaf ``limit``, with
+        their rows copied by vectors."""
+        for name, v in self.packs.get(compute, []):
+            self.apply(ComputeAtStep(name, target, min(v - 1, limit)))
+            leaves = self.state.leaves(name)
+            _, inner = self.apply(SplitStep(name, len(leaves) - 1, (PACK_VECTOR,)))
+            self.apply(AnnotationStep(name, self.state.index(name, inner), "vectorize"))
+
     def _rfactor(self, name: str) -> None:
         stage = self.state.stage(name)
         op = stage.op
@@ -399,7 +468,9 @@ class _Builder:
         self.apply(RfactorStep(name, pos + 1, len(op.axis)))
 
     def _spatial_tiles(self, key: str, axes: Sequence[IterVar]) -> list[tuple[int, ...]]:
-        return [self.tile(f"{key}/S{d}", _extent(a), SPATIAL_LEVELS) for d, a in enumerate(axes)]
+        last = len(axes) - 1  # the axis whose innermost tile may be vectorized
+        return [self.tile(f"{key}/S{d}", _extent(a), SPATIAL_LEVELS, vector=d == last)
+                for d, a in enumerate(axes)]
 
     def _reduce_tiles(self, key: str, axes: Sequence[IterVar]) -> list[tuple[int, ...]]:
         return [self.tile(f"{key}/R{d}", _extent(a), REDUCE_LEVELS) for d, a in enumerate(axes)]
@@ -456,7 +527,9 @@ class _Builder:
         inner = [(p[1], f[0]) for p, f in zip(rp, r_tiles)] + [(p[3], f[2]) for p, f in zip(sp, s_tiles)]
         self._unroll_tile(name, key, inner[:-1] if vec else inner)
         # fuse before the pragma goes on leaf 0: a fused loop does not keep its parts' pragmas
-        self._parallel(name, self.choice(f"{key}/par", tuple(range(0, 2 * len(sp) + 1))))
+        par = self.choice(f"{key}/par", tuple(range(0, 2 * len(sp) + 1)))
+        self._parallel(name, par)
+        self._place_packs(name, name, 2 * len(sp) - max(par - 1, 0) - 1)
         self._unroll(name, key)
 
     def _tile_with_consumer(self, compute: str, consumer: str, plan: StagePlan) -> None:
@@ -478,7 +551,9 @@ class _Builder:
             self.apply(AnnotationStep(consumer, self.state.index(consumer, yp[-1][2]), "vectorize"))
         attach_pos = self.state.index(consumer, attach)
         self._parallel(consumer, par)
-        self.apply(ComputeAtStep(compute, consumer, max(0, attach_pos - max(par - 1, 0))))
+        attach_pos = max(0, attach_pos - max(par - 1, 0))
+        self.apply(ComputeAtStep(compute, consumer, attach_pos))
+        self._place_packs(compute, consumer, attach_pos)
         # compute stage: R0 S2 R1 S3 inside the attach loop
         sp = self._split_all(compute, cop.axis, [(f[2],) for f in s_tiles])
         rp = self._split_all(compute, cop.reduce_axis, r_tiles)
@@ -498,7 +573,12 @@ class _Builder:
         attached = False
         if not is_out:
             opts = _attach_options(self.state, name)
-            at = self.choice(f"{name}/at", tuple(range(len(opts) + 1)))
+            # Fresh samples favour the outermost loop of the consumer: it keeps the producer's
+            # data hot without recomputing it (inner loops often repeat the work), which is
+            # what row-wise chains (softmax, layernorm) need from every stage at once.
+            prior = [AT_ROOT_PRIOR, AT_OUTER_PRIOR] + [(1 - AT_ROOT_PRIOR - AT_OUTER_PRIOR) / max(len(opts) - 1, 1)] * (
+                len(opts) - 1)
+            at = self.choice(f"{name}/at", tuple(range(len(opts) + 1)), prior)
             if at:
                 tgt, pos = opts[at - 1]
                 self.apply(ComputeAtStep(name, tgt, pos))
@@ -508,7 +588,10 @@ class _Builder:
         if spatial:
             ext = _extent(spatial[-1])
             vopts = [1] + [v for v in VECTOR_CHOICES if v < ext] + ([ext] if ext <= MAX_INNERMOST else [])
-            vf = self.choice(f"{name}/vec", tuple(dict.fromkeys(vopts)))
+            vopts = list(dict.fromkeys(vopts))
+            # scalar loops are rarely best when vectors fit: give them a small share
+            vprior = [NO_VECTOR_PRIOR if v == 1 and len(vopts) > 1 else 1.0 for v in vopts]
+            vf = self.choice(f"{name}/vec", tuple(vopts), vprior)
             if vf > 1:
                 pos = self.state.index(name, spatial[-1])
                 outer, inner = self.apply(SplitStep(name, pos, (vf,)))

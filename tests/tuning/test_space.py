@@ -10,7 +10,7 @@ import tecomp as tc
 from tuning import SearchTask
 from tuning.features import N_FEATURES, extract_features
 from tuning.space import SearchSpace, factorizations, mutate_tile, sample_tile
-from tuning.steps import CacheWriteStep, ComputeInlineStep, RfactorStep
+from tuning.steps import CacheReadStep, CacheWriteStep, ComputeInlineStep, RfactorStep
 
 
 def _numpy(name: str, ins: list[np.ndarray], args: tuple[int, ...]) -> np.ndarray:
@@ -74,6 +74,29 @@ def test_sketch_rules_structure() -> None:
     soft = SearchSpace(SearchTask(wl.softmax, (6, 40)))
     cand = soft.instantiate(0, {}, np.random.default_rng(0))
     assert cand is not None and sum(isinstance(s, RfactorStep) for s in cand.steps) == 2
+
+
+@pytest.mark.parametrize("sketch", [0, 1])
+@pytest.mark.parametrize("where", [1, 2, 3])
+def test_packed_panels_are_correct(sketch: int, where: int) -> None:
+    """B of a matmul (read B[r, j]: a strided panel per tile) may be packed by cache_read at a
+    loop of the tile's nest; every placement computes the same product."""
+    task = SearchTask(wl.matmul, (40, 24, 48))
+    space = SearchSpace(task)
+    assert all(p.pack == ("B",) for s in space.sketches for p in s.plans if p.kind == "tile")
+    rng = np.random.default_rng(where)
+    a = rng.standard_normal((40, 24)).astype("float32")
+    b = rng.standard_normal((24, 48)).astype("float32")
+    for _ in range(3):
+        cand = space.instantiate(sketch, {"C/pack_B": where}, rng)
+        assert cand is not None and cand.param_dict["C/pack_B"] == where
+        assert CacheReadStep("B", "global", ("C.local" if sketch == 0 else "C",)) in cand.steps
+        s, targs = task.apply_steps(cand.steps)
+        got = np.full((40, 48), np.nan, np.float32)
+        tc.build(s, targs)(a, b, got)
+        np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4, err_msg=str(cand.params))
+    unpacked = space.instantiate(sketch, {"C/pack_B": 0}, rng)
+    assert unpacked is not None and not any(isinstance(st, CacheReadStep) for st in unpacked.steps)
 
 
 def test_sampling_is_seeded_and_mutation_changes_one_knob() -> None:
