@@ -18,8 +18,8 @@ import abc
 import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tecomp.errors import ScheduleError
@@ -250,6 +250,51 @@ class RfactorStep(Step):
         state.sch.rfactor(st.op.output(0), _leaf(state, self.stage, self.axis), self.factor_axis)
 
 
+def _tuplify(v: Any) -> Any:
+    return tuple(_tuplify(x) for x in v) if isinstance(v, (list, tuple)) else v
+
+
+def _listify(v: Any) -> Any:
+    return [_listify(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+
+@dataclass(frozen=True)
+class TemplateConfigStep(Step):
+    """The knob values of a user-written template (`tuning.template`): a whole candidate.
+
+    A template task replays it by calling the template with this config rather than by
+    applying primitives to a `State`; ``stage`` is unused. ``config`` holds ``(knob, value)``
+    pairs, sorted by knob, with lists turned into tuples so that the step stays hashable and
+    equal to itself after a JSON round trip.
+
+    >>> TemplateConfigStep((("unroll", 1), ("tile_i", [4, 2, 8]))).config
+    (('tile_i', (4, 2, 8)), ('unroll', 1))
+    """
+
+    KIND: ClassVar[str] = "template_config"
+    config: tuple[tuple[str, Any], ...]
+    # keyword-only with a default, so the config is the one positional argument
+    stage: str = field(default="", kw_only=True)
+
+    def __post_init__(self) -> None:
+        items = self.config.items() if isinstance(self.config, Mapping) else self.config
+        pairs = [(str(k), _tuplify(v)) for k, v in items]
+        names = [k for k, _ in pairs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"template config names a knob twice: {names}")
+        object.__setattr__(self, "config", tuple(sorted(pairs, key=lambda kv: kv[0])))
+
+    def apply(self, state: State) -> None:
+        from .task import TuningError
+
+        raise TuningError(f"task {state.task.name} is not a template: a TemplateConfigStep (knob "
+                          "values) only replays onto a task built from a @tuning.template function")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.KIND, "stage": self.stage,
+                "config": [[k, _listify(v)] for k, v in self.config]}
+
+
 # serialisation ------------------------------------------------------------------------------
 
 
@@ -299,5 +344,5 @@ def steps_key(steps: Sequence[Step]) -> str:
 __all__ = [
     "AnnotationStep", "CacheReadStep", "CacheWriteStep", "ComputeAtStep", "ComputeInlineStep",
     "ComputeRootStep", "FuseStep", "PragmaStep", "ReorderStep", "RfactorStep", "SplitStep",
-    "State", "Step", "step_from_json", "steps_from_json", "steps_key", "steps_to_json",
+    "State", "Step", "TemplateConfigStep", "step_from_json", "steps_from_json", "steps_key", "steps_to_json",
 ]

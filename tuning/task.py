@@ -27,7 +27,9 @@ from tecomp.te.schedule import Schedule
 from tecomp.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 
 if TYPE_CHECKING:
+    from .space import SearchSpace
     from .steps import Step
+    from .template import ConfigSpace
 
 
 class TuningError(Exception):
@@ -44,20 +46,36 @@ def workload_name(func: Callable[..., Any]) -> str:
     return f"{func.__module__}:{func.__qualname__}"
 
 
+# Set on the functions decorated with `tuning.template` (their signature is func(cfg, *args)).
+# An attribute rather than a registry, so a worker process that imports the function by name
+# sees the mark without any other bookkeeping.
+TEMPLATE_MARK = "__tuning_template__"
+
+
+def is_template(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` was decorated with `tuning.template`."""
+    return bool(getattr(func, TEMPLATE_MARK, False))
+
+
+def require_module_level(func: Callable[..., Any], who: str) -> None:
+    """Raise unless ``func`` is a function that worker processes can import by name."""
+    if not callable(func):
+        raise TuningError(f"{who} expects a function, got {func!r}")
+    if "<locals>" in func.__qualname__ or "<lambda>" in func.__qualname__:
+        raise TuningError(
+            f"{who}: {func.__qualname__} is not defined at module level; candidates "
+            "are measured in worker processes that import the workload by name, so define it "
+            "at the top level of a module"
+        )
+
+
 def register_workload(func: Callable[..., Sequence[Tensor]]) -> Callable[..., Sequence[Tensor]]:
     """Declare ``func(*args) -> [tensors]`` as something the tuner may build tasks from.
 
     The function must live at module level: candidates are built and measured in worker
     processes, which import it by name. It is returned unchanged.
     """
-    if not callable(func):
-        raise TuningError(f"register_workload expects a function, got {func!r}")
-    if "<locals>" in func.__qualname__ or "<lambda>" in func.__qualname__:
-        raise TuningError(
-            f"register_workload: {func.__qualname__} is not defined at module level; candidates "
-            "are measured in worker processes that import the workload by name, so define it "
-            "at the top level of a module"
-        )
+    require_module_level(func, "register_workload")
     _WORKLOADS[workload_name(func)] = func
     return func
 
@@ -76,7 +94,7 @@ def lookup_workload(name: str) -> Callable[..., Sequence[Tensor]]:
         func = _WORKLOADS.get(name)
     if func is None:
         raise TuningError(f"workload {name} is not registered; decorate it with "
-                          "@tuning.register_workload")
+                          "@tuning.register_workload (or @tuning.template)")
     return func
 
 
@@ -122,13 +140,17 @@ class SearchTask:
     ``workload_key`` identifies the task in records; ``flop_ct`` is the number of floating
     point operations of one call (for GFLOP/s). `apply_best` turns the best record of a log
     into a schedule.
+
+    ``func`` is either a workload (`register_workload`: the tuner derives the schedules) or a
+    template (`tuning.template`: ``func(cfg, *args) -> (schedule, tensors)`` with knobs, the
+    tuner picks their values; ``config_space`` then describes them, None otherwise).
     """
 
     def __init__(self, func: Callable[..., Sequence[Tensor]], args: Sequence[Any] = (),
                  target: str = "llvm", name: str | None = None) -> None:
         if workload_name(func) not in _WORKLOADS:
             raise TuningError(f"{func.__qualname__} is not a registered workload; decorate it "
-                              "with @tuning.register_workload")
+                              "with @tuning.register_workload (or @tuning.template)")
         from tecomp.codegen.target import Target
 
         self.func = func
@@ -139,7 +161,16 @@ class SearchTask:
         self._init_dag()
 
     def _init_dag(self) -> None:
-        tensors = list(self.func(*self.args))
+        self.is_template = is_template(self.func)
+        self.config_space: ConfigSpace | None = None
+        if self.is_template:
+            from .template import discover
+
+            # the DAG is what the template returns for its default config; the same call
+            # records the knobs it defines
+            self.config_space, tensors = discover(self.func, self.args, self.workload)
+        else:
+            tensors = list(self.func(*self.args))
         if not tensors or not all(isinstance(t, Tensor) for t in tensors):
             raise TuningError(f"workload {self.workload} must return a non-empty list of "
                               "te.Tensor (inputs and outputs, in kernel argument order)")
@@ -150,11 +181,16 @@ class SearchTask:
         self.ops = _topo_ops(self.outputs)
         names = [op.name for op in self.ops]
         dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
+        # a template's candidates are knob values, not steps that name stages: any names do
+        if dup and not self.is_template:
             raise TuningError(
                 f"workload {self.workload}: operation names must be unique for tuning (steps "
                 f"refer to stages by name), repeated: {dup}; pass name= to te.compute/placeholder")
         text = _dag_text(self.ops)
+        if self.config_space is not None:
+            # records of a template must not be filed under the plain workload of the same DAG
+            # (their steps mean nothing there), nor survive a change of the template's knobs
+            text = f"template {self.workload}\n{self.config_space.describe()}\n{text}"
         h = hashlib.sha256(f"{text}\nargs={self.args!r}\ntarget={self.target}".encode())
         self.workload_key = h.hexdigest()[:24]
         self.flop_ct = float(_flops(self.ops))
@@ -186,11 +222,33 @@ class SearchTask:
 
     # schedules ------------------------------------------------------------------------------
     def create_schedule(self) -> Schedule:
-        """The default schedule (every stage at root, loops in declaration order)."""
+        """The default schedule (every stage at root, loops in declaration order).
+
+        For a template too: it is the reference that measurements are checked against.
+        """
         return te.create_schedule(self.outputs)
 
+    def make_space(self) -> SearchSpace:
+        """The space the tuner searches: sketches derived from the DAG (`SearchSpace`), or
+        the knobs of a template (`tuning.template.TemplateSpace`)."""
+        if self.is_template:
+            from .template import TemplateSpace
+
+            return TemplateSpace(self)
+        from .space import SearchSpace  # not at the top: tuning.space imports this module
+
+        return SearchSpace(self)
+
     def apply_steps(self, steps: Sequence[Step]) -> tuple[Schedule, list[Tensor]]:
-        """Replay ``steps`` onto a fresh default schedule; returns ``(schedule, args)``."""
+        """Replay ``steps`` onto a fresh default schedule; returns ``(schedule, args)``.
+
+        For a template, ``steps`` is one `TemplateConfigStep` (none: the default config) and
+        the template is called with that config.
+        """
+        if self.is_template:
+            from .template import apply_template_steps
+
+            return apply_template_steps(self, steps)
         from .steps import State
 
         st = State(self)
