@@ -20,13 +20,15 @@ measurement so a run can be resumed and its best schedule applied later.
 
 from .cost_model import CostModel, RandomModel, XGBModel
 from .measure import LocalBuilder, LocalRunner, MeasureErrorNo
-from .records import NoValidRecordError, load_records
+from .records import NoValidRecordError, load_model_quality, load_records
 from .search import SearchOptions
 from .task import SearchTask, TuningError, register_workload
-from .tune import TuneResult, tune
+from .task_scheduler import GradientTaskScheduler
+from .template import ConfigEntity, ConfigSpace, template
+from .tune import TuneResult, tune, tune_report
 
 __all__ = [
-    "CostModel", "LocalBuilder", "LocalRunner", "MeasureErrorNo", "NoValidRecordError",
-    "RandomModel", "SearchOptions", "SearchTask", "TuneResult", "TuningError", "XGBModel",
-    "load_records", "register_workload", "tune",
+    "ConfigEntity", "ConfigSpace", "CostModel", "LocalBuilder", "LocalRunner", "MeasureErrorNo", "NoValidRecordError",
+    "GradientTaskScheduler", "RandomModel", "SearchOptions", "SearchTask", "TuneResult", "TuningError", "XGBModel",
+    "load_model_quality", "load_records", "register_workload", "template", "tune", "tune_report",
 ]

@@ -7,7 +7,7 @@
 
 A workload is the name of a standard one (``tuning.workloads``: matmul, batch_matmul, conv2d,
 depthwise_conv2d, softmax) or ``path/to/file.py:function`` for a function decorated with
-``@tuning.register_workload`` there.
+``@tuning.register_workload`` (or ``@tuning.template``: its knobs are tuned) there.
 """
 
 from __future__ import annotations
@@ -101,7 +101,13 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
     if not groups:
         print(f"{ns.log}: no records")
         return 0
-    rows = [("task", "target", "records", "valid", "errors", "best ms", "GFLOP/s")]
+    from .records import load_model_quality
+
+    # the cost model's ranking quality on held-out batches, averaged per task
+    quality: dict[str, list[tuple[float, float]]] = {}
+    for q in load_model_quality(ns.log):
+        quality.setdefault(q.task_key, []).append((q.pairwise_acc, q.topk_recall))
+    rows = [("task", "target", "records", "valid", "errors", "best ms", "GFLOP/s", "rank acc", "top-k")]
     for recs in groups.values():
         r0 = recs[0]
         valid = [r for r in recs if r.valid]
@@ -113,15 +119,21 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
         task = _task_of(r0)
         gf = f"{task.flop_ct / best / 1e9:.1f}" if task is not None and valid else "-"
         name = f"{r0.workload.split(':')[-1]}{tuple(r0.args)}"
+        acc, topk = (_mean([q[c] for q in quality.get(r0.task_key, [])]) for c in (0, 1))
         rows.append((name, r0.target, str(len(recs)), str(len(valid)),
                      ", ".join(f"{k}={v}" for k, v in sorted(errs.items())) or "-",
-                     f"{best * 1e3:.3f}" if valid else "-", gf))
+                     f"{best * 1e3:.3f}" if valid else "-", gf, acc, topk))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     for k, row in enumerate(rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         if k == 0:
             print("  ".join("-" * w for w in widths))
     return 0
+
+
+def _mean(xs: Sequence[float]) -> str:
+    vals = [x for x in xs if x == x]  # NaN: a batch without two costs to order
+    return f"{sum(vals) / len(vals):.2f}" if vals else "-"
 
 
 def _kernel_name(task: SearchTask) -> str:

@@ -10,12 +10,18 @@ degrades to random sampling, the baseline the learned model must beat.
 >>> model = XGBModel(seed=0)                      # doctest: +SKIP
 >>> model.update(inputs, results)                 # measured MeasureInputs and MeasureResults
 >>> scores = model.predict(candidates)            # MeasureInputs; higher is better
+
+How good the order is gets measured on data the model has not seen: `ranking_quality` compares
+the scores a model gave a batch *before* it was measured with the measured costs (pairwise
+ranking accuracy and top-k recall); `tuning.tune` logs it after every batch.
 """
 
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,6 +40,19 @@ class CostModel(abc.ABC):
     def predict(self, candidates: Sequence[MeasureInput]) -> np.ndarray:
         """One score per candidate; ``-inf`` for a candidate that cannot even be lowered."""
 
+    @property
+    def trained(self) -> bool:
+        """Whether `predict` reflects something learnt (the tuner only grades it then)."""
+        return True
+
+    def pretrain(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        """Learn from measurements of an earlier run (``tune(warm_start=...)``).
+
+        They may come from another machine or another load, so a model that can should keep
+        them apart from this run's measurements; by default they are simply `update`d.
+        """
+        self.update(inputs, results)
+
 
 class RandomModel(CostModel):
     """Uniform random scores: measuring its picks is random search."""
@@ -44,6 +63,10 @@ class RandomModel(CostModel):
 
     def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
         return None
+
+    @property
+    def trained(self) -> bool:
+        return False
 
     def predict(self, candidates: Sequence[MeasureInput]) -> np.ndarray:
         scores = self.rng.random(len(candidates))
@@ -74,16 +97,29 @@ class XGBModel(CostModel):
     def n_samples(self) -> int:
         return sum(len(v) for v in self._cost.values())
 
+    @property
+    def trained(self) -> bool:
+        return self.booster is not None
+
     def update(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        self._add(inputs, results, "")
+        self._train()
+
+    def pretrain(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult]) -> None:
+        """Earlier runs' measurements, in query groups of their own: their costs are only
+        compared with each other (another machine, another load), never with this run's."""
+        self._add(inputs, results, "warm:")
+        self._train()
+
+    def _add(self, inputs: Sequence[MeasureInput], results: Sequence[MeasureResult], group: str) -> None:
         feats = self.features.of(inputs)
         for inp, f, r in zip(inputs, feats, results):
-            tk = inp.task.workload_key
+            tk = group + inp.task.workload_key
             if f is None or (tk, inp.key) in self._seen:
                 continue
             self._seen.add((tk, inp.key))
             self._x.setdefault(tk, []).append(f)
             self._cost.setdefault(tk, []).append(r.mean if r.valid else np.inf)
-        self._train()
 
     def _train(self) -> None:
         import xgboost as xgb
@@ -129,4 +165,66 @@ class XGBModel(CostModel):
         return scores
 
 
-__all__ = ["CostModel", "RandomModel", "XGBModel"]
+# grading a model on held-out measurements ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankingQuality:
+    """How well scores ordered candidates whose costs were measured afterwards."""
+
+    pairwise_acc: float  # fraction of pairs put in the right order (nan: no pair to order)
+    topk_recall: float  # share of the true top-k that the model also put in its top-k
+    k: int
+    n: int  # valid candidates graded
+
+
+def pairwise_accuracy(scores: Sequence[float] | np.ndarray, costs: Sequence[float] | np.ndarray) -> float:
+    """Fraction of pairs with distinct costs that ``scores`` order right (higher score = lower
+    cost); a pair with equal scores counts one half, as a coin flip would. ``nan`` when no
+    pair has distinct costs.
+
+    Without ties it equals ``(tau + 1) / 2`` for Kendall's tau between scores and ``-costs``
+    (`scipy.stats.kendalltau`); counted directly because tau-b rescales ties in the scores,
+    which an untrained or coarse model produces.
+    """
+    s, c = np.asarray(scores, float), np.asarray(costs, float)
+    ds = np.sign(s[:, None] - s[None, :])
+    dc = np.sign(c[None, :] - c[:, None])  # +1 where row i is cheaper than column j
+    upper = np.triu(np.ones_like(dc, dtype=bool), 1)
+    pairs = upper & (dc != 0)
+    n = int(pairs.sum())
+    if n == 0:
+        return math.nan
+    agree = ds[pairs] * dc[pairs]  # +1 right, -1 wrong, 0 tied scores
+    return float(np.mean((agree + 1.0) / 2.0))
+
+
+def topk_recall(scores: Sequence[float] | np.ndarray, costs: Sequence[float] | np.ndarray,
+                k: int | None = None) -> float:
+    """Of the ``k`` cheapest candidates (default ``max(1, n // 4)``), the share that are also
+    among the ``k`` best scored: how much of what the model would measure is worth it."""
+    s, c = np.asarray(scores, float), np.asarray(costs, float)
+    if not len(c):
+        return math.nan
+    k = max(1, len(c) // 4) if k is None else min(k, len(c))
+    # stable sorts: ties keep batch order, so the number is reproducible
+    true_top = set(np.argsort(c, kind="stable")[:k].tolist())
+    model_top = set(np.argsort(-s, kind="stable")[:k].tolist())
+    return len(true_top & model_top) / k
+
+
+def ranking_quality(scores: Sequence[float] | np.ndarray, costs: Sequence[float] | np.ndarray,
+                    ) -> RankingQuality | None:
+    """Both metrics over the candidates with a finite cost (failures have no order among
+    themselves and are what the model's features already rule out); None below two."""
+    s, c = np.asarray(scores, float), np.asarray(costs, float)
+    ok = np.isfinite(c) & np.isfinite(s)
+    if ok.sum() < 2:
+        return None
+    s, c = s[ok], c[ok]
+    k = max(1, len(c) // 4)
+    return RankingQuality(pairwise_accuracy(s, c), topk_recall(s, c, k), k, len(c))
+
+
+__all__ = ["CostModel", "RandomModel", "RankingQuality", "XGBModel", "pairwise_accuracy",
+           "ranking_quality", "topk_recall"]

@@ -6,6 +6,10 @@ resumes from), and the costs or the error. Logs are never pickled: they outlive 
 wrote them and are read by people. A process killed mid-write leaves at most a torn last line,
 which `load_records` skips with a warning; the next writer starts on a fresh line.
 
+A log may also hold lines of other kinds, marked by a ``"kind"`` field (measurements have
+none): ``"model_quality"`` lines grade the cost model on each batch before it learnt from it
+(`load_model_quality`). Readers of measurements skip them silently.
+
 >>> rec = best_record("matmul.jsonl", task)       # doctest: +SKIP
 >>> s, args = task.apply_steps(rec.steps)          # doctest: +SKIP
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +30,7 @@ from .steps import Step, steps_from_json, steps_key, steps_to_json
 from .task import SearchTask, TuningError
 
 SCHEMA_VERSION = 1
+MODEL_QUALITY = "model_quality"
 
 
 class NoValidRecordError(TuningError, LookupError):
@@ -129,7 +135,19 @@ class RecordWriter:
                 self._f.flush()
 
     def write(self, inp: MeasureInput, res: MeasureResult) -> None:
-        self._f.write(json.dumps(record_to_json(inp, res), separators=(",", ":")) + "\n")
+        self._line(record_to_json(inp, res))
+
+    def write_model_quality(self, task: SearchTask, trials: int, pairwise_acc: float,
+                            topk_recall: float, k: int, n: int) -> None:
+        """How the cost model ranked a batch of ``task`` before learning from it (``trials``:
+        the task's measured candidates, that batch included)."""
+        self._line({"v": SCHEMA_VERSION, "kind": MODEL_QUALITY, "task": task.workload_key,
+                    "name": task.name, "trials": trials, "pairwise_acc": _num(pairwise_acc),
+                    "topk_recall": _num(topk_recall), "k": k, "n": n,
+                    "time": round(time.time(), 3)})
+
+    def _line(self, d: dict[str, Any]) -> None:
+        self._f.write(json.dumps(d, separators=(",", ":")) + "\n")
         self._f.flush()
 
     def close(self) -> None:
@@ -142,8 +160,14 @@ class RecordWriter:
         self.close()
 
 
-def iter_records(path: str) -> Iterator[Record]:
-    """The readable records of ``path``; unreadable lines are skipped with a warning."""
+def _num(x: float) -> float | None:
+    # JSON has no NaN: an undefined metric is written as null
+    return round(float(x), 6) if math.isfinite(x) else None
+
+
+def _lines(path: str, kind: str | None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of the lines of one kind (None: measurements); torn or
+    invalid JSON lines are skipped with a warning."""
     with open(path, encoding="utf-8") as f:
         lines = f.readlines()
     for n, line in enumerate(lines, 1):
@@ -151,13 +175,64 @@ def iter_records(path: str) -> Iterator[Record]:
             continue
         torn = n == len(lines) and not line.endswith("\n")
         try:
-            yield record_from_json(json.loads(line))
+            d = json.loads(line)
         except json.JSONDecodeError as e:
             what = "torn last line (a writer was interrupted)" if torn else f"invalid JSON ({e})"
-            warnings.warn(f"{path}:{n}: skipping {what}", RuntimeWarning, stacklevel=2)
-        except (ValueError, KeyError, TypeError) as e:
+            warnings.warn(f"{path}:{n}: skipping {what}", RuntimeWarning, stacklevel=3)
+            continue
+        # a line that is no object is a broken measurement: its reader says so
+        if (d.get("kind") if isinstance(d, dict) else None) != kind:
+            continue  # another kind of line (a later tecomp may add kinds): not for this reader
+        yield n, d
+
+
+def iter_records(path: str) -> Iterator[Record]:
+    """The readable measurement records of ``path``; unreadable lines are skipped with a
+    warning, lines of other kinds (``"kind"`` set) silently."""
+    for n, d in _lines(path, None):
+        try:
+            yield record_from_json(d)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             warnings.warn(f"{path}:{n}: skipping unreadable record ({type(e).__name__}: {e})",
                           RuntimeWarning, stacklevel=2)
+
+
+@dataclass(frozen=True)
+class ModelQuality:
+    """One ``"model_quality"`` line: the cost model graded on a batch it had not seen."""
+
+    task_key: str
+    trials: int  # the task's measured candidates, that batch included
+    pairwise_acc: float  # nan when the batch had no pair to order
+    topk_recall: float
+    k: int
+    n: int  # valid candidates graded
+    timestamp: float = 0.0
+    name: str = ""
+
+
+def load_model_quality(path: str, task: SearchTask | None = None) -> list[ModelQuality]:
+    """The model-quality lines of ``path`` (only ``task``'s when given), in log order;
+    ``[]`` when the file is absent."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    for n, d in _lines(path, MODEL_QUALITY):
+        try:
+            if d.get("v") != SCHEMA_VERSION:
+                raise ValueError(f"schema version {d.get('v')!r}, this tecomp reads {SCHEMA_VERSION}")
+            q = ModelQuality(
+                str(d["task"]), int(d["trials"]),
+                math.nan if d["pairwise_acc"] is None else float(d["pairwise_acc"]),
+                math.nan if d["topk_recall"] is None else float(d["topk_recall"]),
+                int(d["k"]), int(d["n"]), float(d.get("time", 0.0)), str(d.get("name", "")))
+        except (ValueError, KeyError, TypeError) as e:
+            warnings.warn(f"{path}:{n}: skipping unreadable model-quality line ({type(e).__name__}: {e})",
+                          RuntimeWarning, stacklevel=2)
+            continue
+        if task is None or q.task_key == task.workload_key:
+            out.append(q)
+    return out
 
 
 def load_records(path: str, task: SearchTask | None = None) -> list[Record]:
@@ -193,5 +268,6 @@ def summarize(records: Sequence[Record]) -> dict[str, int]:
     return out
 
 
-__all__ = ["NoValidRecordError", "Record", "RecordWriter", "SCHEMA_VERSION", "best_record",
-           "iter_records", "load_records", "record_from_json", "record_to_json", "summarize"]
+__all__ = ["MODEL_QUALITY", "ModelQuality", "NoValidRecordError", "Record", "RecordWriter",
+           "SCHEMA_VERSION", "best_record", "iter_records", "load_model_quality", "load_records",
+           "record_from_json", "record_to_json", "summarize"]

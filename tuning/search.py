@@ -54,12 +54,24 @@ class EvolutionarySearch:
             self.measured[c.key] = cost
             if r.valid:
                 self._elite_pool[c.key] = (cost, c)
+            else:  # a warm-start elite that fails here is no elite
+                self._elite_pool.pop(c.key, None)
 
     def mark_measured(self, key: str, cost: float, candidate: Candidate | None = None) -> None:
         """A measurement from a log (resume); ``candidate`` when it could be re-created."""
         self.measured[key] = cost
         if candidate is not None and np.isfinite(cost):
             self._elite_pool[key] = (cost, candidate)
+
+    def add_elite(self, candidate: Candidate, cost: float) -> None:
+        """A good candidate known from an earlier run (``tune(warm_start=...)``).
+
+        It seeds populations but is not marked measured: its cost comes from another run, so
+        the search may measure it again, which puts it into this run's log with this run's
+        timing (and replaces the old cost here).
+        """
+        if candidate.key not in self._elite_pool and np.isfinite(cost):
+            self._elite_pool[candidate.key] = (cost, candidate)
 
     def _elites(self) -> list[Candidate]:
         best = sorted(self._elite_pool.values(), key=lambda t: t[0])

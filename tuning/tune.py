@@ -1,36 +1,63 @@
-"""The tuning loop: search, build, run, log, learn -- with a progress bar, resumable.
+"""The tuning loop: search, build, run, log, learn -- for one task or many, resumable.
 
-``trials`` is the number of distinct candidates measured per task *including those already in
-the log*: re-running an interrupted ``tune(...)`` with the same arguments finishes the job
-instead of starting over, and nothing in the log is measured again. Records are appended as
-each measurement completes, so Ctrl-C (a clean stop) or even ``kill -9`` loses at most the
-candidates in flight.
+Budget. With one task, ``trials`` is the number of distinct candidates measured for it
+*including those already in the log*. With several, the budget is ``trials * len(tasks)``
+candidates in all (log included), spent in rounds of ``batch_size``: every task first gets one
+round (warm-up), then each round goes to the task whose next round promises the largest drop
+of the weighted latency ``sum_i weights[i] * best_cost_i`` (`GradientTaskScheduler`; a weight
+is e.g. how often the kernel runs in a network), so one task may end with more than
+``trials`` and another with fewer. Re-running an interrupted ``tune(...)`` with the same
+arguments finishes the job instead of starting over, and nothing in the log is measured
+again (every record of these tasks in the log counts, and the scheduler's history is rebuilt
+from it). Records are appended as each measurement completes, so Ctrl-C (a clean stop) or
+even ``kill -9`` loses at most the candidates in flight.
+
+One cost model serves all tasks (as in Ansor): features mean the same in every task, and
+`XGBModel` ranks within one query group per task, so the other tasks' measurements teach it
+what a good loop nest looks like without their costs being compared. ``warm_start`` logs
+pre-train it (their records of the tasks tuned here also seed the searches' elites). Each
+batch is scored by the model before it is measured, which makes the batch held-out data for
+the model that chose it: pairwise ranking accuracy and top-k recall are written to the log as
+``"model_quality"`` lines (`tuning.records.load_model_quality`) and averaged on `TuneResult`.
+`tune_report` tells the throughput and where the time went.
 
 >>> tuning.tune([task], trials=200, log="matmul.jsonl", seed=0)     # doctest: +SKIP
+>>> tuning.tune([conv1, conv2, dense], trials=100, log="net.jsonl",  # doctest: +SKIP
+...             weights=[4, 2, 1], warm_start=["other_net.jsonl"])
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from .cost_model import CostModel, RandomModel, XGBModel
+from .cost_model import CostModel, RandomModel, RankingQuality, XGBModel, ranking_quality
 from .features import FeatureCache
 from .measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult, measure_batch
-from .records import RecordWriter, load_records
+from .records import Record, RecordWriter, load_records
 from .search import EvolutionarySearch, SearchOptions
-from .space import Candidate, SearchSpace
+from .space import Candidate
 from .task import SearchTask, TuningError
+from .task_scheduler import GradientTaskScheduler, check_weights
 
 
 @dataclass
 class TuneResult:
-    """What one task's tuning did: its best cost, the errors met, where the time went."""
+    """What one task's tuning did: its best cost, the errors met, where the time went.
+
+    Times are wall seconds: each round's search, model training (and grading), build and run
+    phases go to the task of that round; what no round owns (resuming, warm start, the
+    scheduler) is shared out evenly among the tasks, so the tasks' ``wall_s`` add up to the
+    call's wall time.
+    """
 
     task: SearchTask
     trials: int = 0  # distinct candidates measured, log included
@@ -43,12 +70,67 @@ class TuneResult:
     model_s: float = 0.0
     wall_s: float = 0.0
     interrupted: bool = False
+    weight: float = 1.0
+    # the cost model graded on each batch of this task before learning from it
+    model_quality: list[RankingQuality] = field(default_factory=list, repr=False)
 
     @property
     def best_gflops(self) -> float:
         if not math.isfinite(self.best_cost) or not self.task.flop_ct:
             return 0.0
         return self.task.flop_ct / self.best_cost / 1e9
+
+    @property
+    def model_pairwise_acc(self) -> float:
+        """Mean pairwise ranking accuracy over the graded batches (nan: none graded)."""
+        vals = [q.pairwise_acc for q in self.model_quality if math.isfinite(q.pairwise_acc)]
+        return float(np.mean(vals)) if vals else math.nan
+
+    @property
+    def model_topk_recall(self) -> float:
+        """Mean top-k recall over the graded batches (nan: none graded)."""
+        vals = [q.topk_recall for q in self.model_quality if math.isfinite(q.topk_recall)]
+        return float(np.mean(vals)) if vals else math.nan
+
+    def summary(self) -> str:
+        """`tune_report` of this task alone."""
+        return tune_report([self])
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.0f}%" if whole > 0 else "-"
+
+
+def _fmt(x: float, spec: str) -> str:
+    return format(x, spec) if math.isfinite(x) else "-"
+
+
+def tune_report(results: Sequence[TuneResult]) -> str:
+    """Throughput and where the time went, as text (``tune`` prints it when ``progress``).
+
+    Trials per minute count the candidates built and measured by this call over its wall
+    time. The time shares are of that wall time: *search* is the Python search (sampling,
+    evolution, features, the model's predictions), *model* its training and grading,
+    *build* and *run* the wall time of the compile and measure phases (they do not overlap),
+    *other* the rest (resuming, warm start, logging, the scheduler).
+    """
+    wall = sum(r.wall_s for r in results)
+    new = sum(r.new_trials for r in results)
+    rate = new / (wall / 60.0) if wall > 0 else 0.0
+    parts = [("search", sum(r.search_s for r in results)), ("model", sum(r.model_s for r in results)),
+             ("build", sum(r.build_s for r in results)), ("run", sum(r.run_s for r in results))]
+    other = max(0.0, wall - sum(v for _, v in parts))
+    lines = [f"tuned {len(results)} task(s): {new} new trial(s) in {wall:.1f} s = {rate:.1f} trials/min",
+             "time: " + ", ".join(f"{name} {_pct(v, wall)}" for name, v in [*parts, ("other", other)])]
+    rows = [("task", "weight", "trials", "new", "best ms", "GFLOP/s", "rank acc", "top-k", "errors")]
+    for r in results:
+        errs = ", ".join(f"{k}={v}" for k, v in sorted(r.errors.items()) if k != "NO_ERROR") or "-"
+        rows.append((r.task.name, f"{r.weight:g}", str(r.trials), str(r.new_trials),
+                     _fmt(r.best_cost * 1e3, ".4f"), f"{r.best_gflops:.1f}",
+                     _fmt(r.model_pairwise_acc, ".2f"), _fmt(r.model_topk_recall, ".2f"), errs))
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
 
 
 def _progress(total: int, initial: int, desc: str, enabled: bool):  # type: ignore[no-untyped-def]
@@ -61,43 +143,67 @@ def _progress(total: int, initial: int, desc: str, enabled: bool):  # type: igno
 def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None, seed: int = 0,
          batch_size: int = 16, cost_model: str | CostModel = "xgb",
          builder: LocalBuilder | None = None, runner: LocalRunner | None = None,
-         search: SearchOptions | None = None, progress: bool = True) -> list[TuneResult]:
-    """Search schedules for each task, measuring ``trials`` candidates per task.
+         search: SearchOptions | None = None, progress: bool = True,
+         weights: Sequence[float] | None = None,
+         warm_start: Sequence[str] | str | None = None) -> list[TuneResult]:
+    """Search schedules for ``tasks``: ``trials`` candidates per task, shared out by need.
 
     ``log`` (JSON lines) receives every measurement and is where a re-run resumes from;
-    ``cost_model`` is ``"xgb"``, ``"random"`` or a `CostModel`; ``builder``/``runner``
-    default to `LocalBuilder()` / `LocalRunner()` (closed at the end when created here).
-    Tasks are tuned one after another. Returns one `TuneResult` per task.
+    ``cost_model`` is ``"xgb"``, ``"random"`` or a `CostModel` (one model for all tasks);
+    ``builder``/``runner`` default to `LocalBuilder()` / `LocalRunner()` (closed at the end
+    when created here). With several tasks the budget is ``trials * len(tasks)`` in all, given
+    out by a gradient task scheduler that minimises ``sum(weights[i] * best_cost[i])``
+    (``weights``: one float >= 0 per task, default 1.0). ``warm_start``: logs of earlier runs
+    (any tasks) that pre-train the cost model; they are read, never written, and their
+    records are not trials of this run. Returns one `TuneResult` per task, in order.
     """
     if isinstance(tasks, SearchTask):
         tasks = [tasks]
+    tasks = list(tasks)
+    if not tasks:
+        return []
     if trials < 0 or batch_size < 1:
         raise TuningError("tune: trials must be >= 0 and batch_size >= 1")
+    w = check_weights(weights, len(tasks))
+    seen: dict[str, SearchTask] = {}
+    for t in tasks:
+        if t.workload_key in seen:
+            raise TuningError(f"tune: {t.name} and {seen[t.workload_key].name} are the same task "
+                              f"(key {t.workload_key}); give it once, with the summed weight")
+        seen[t.workload_key] = t
+    warm = [warm_start] if isinstance(warm_start, str) else list(warm_start or [])
+    for p in warm:
+        if not os.path.exists(p):
+            raise TuningError(f"tune: warm_start log {p!r} does not exist")
+    if not isinstance(cost_model, CostModel) and cost_model not in ("xgb", "random"):
+        raise TuningError(f"tune: unknown cost_model {cost_model!r} (use 'xgb', 'random' or a CostModel)")
     own_builder, own_runner = builder is None, runner is None
     builder = builder or LocalBuilder()
     runner = runner or LocalRunner()
     features = FeatureCache(builder.map, builder.n_workers)
     writer = RecordWriter(log) if log else None
-    results: list[TuneResult] = []
+    # one random stream per task; each stream's first draw seeds a model, as when every task
+    # had a model of its own, so a single task's search replays as it always did
+    rngs = [np.random.default_rng([seed, k]) for k in range(len(tasks))]
+    model_seeds = [int(rng.integers(2**31)) for rng in rngs]
+    model = _make_model(cost_model, model_seeds[0], features)
+    tuner = _Tuner(model, builder, runner, writer, log, seed, batch_size, search)
     try:
-        for k, task in enumerate(tasks):
-            res = _tune_task(task, trials, log, writer, np.random.default_rng([seed, k]),
-                             batch_size, cost_model, features, builder, runner, search, progress)
-            results.append(res)
-            if res.interrupted:
-                break
-    except KeyboardInterrupt:  # outside a task's loop (resuming, building its space)
-        print("tuning interrupted" + (f"; every record so far is in {log}" if log else ""),
-              file=sys.stderr)
-        builder.reset()
-        runner.reset()
+        tuner.start(tasks, w, rngs, trials, warm, progress)
+        tuner.loop()
+    except KeyboardInterrupt:  # a clean stop: every record so far is in the log
+        tuner.interrupt()
     finally:
+        tuner.finish()
         if writer is not None:
             writer.close()
         if own_builder:
             builder.close()
         if own_runner:
             runner.close()
+    results = [run.result for run in tuner.runs]
+    if progress and results:
+        print(tune_report(results), file=sys.stderr)
     return results
 
 
@@ -111,84 +217,252 @@ def _make_model(cost_model: str | CostModel, seed: int, features: FeatureCache) 
     raise TuningError(f"tune: unknown cost_model {cost_model!r} (use 'xgb', 'random' or a CostModel)")
 
 
-def _tune_task(task: SearchTask, trials: int, log: str | None, writer: RecordWriter | None,
-               rng: np.random.Generator, batch_size: int, cost_model: str | CostModel,
-               features: FeatureCache, builder: LocalBuilder, runner: LocalRunner,
-               options: SearchOptions | None, progress: bool) -> TuneResult:
-    t_start = time.perf_counter()
-    out = TuneResult(task)
-    model = _make_model(cost_model, int(rng.integers(2**31)), features)
-    space = SearchSpace(task)
-    search = EvolutionarySearch(task, model, rng, options, space)
-    # resume: everything in the log counts, trains the model and seeds the search
-    old = load_records(log, task) if log else []
-    seen: dict[str, float] = {}
-    inputs: list[MeasureInput] = []
-    old_results: list[MeasureResult] = []
-    for r in old:
-        if r.key in seen:
-            continue
-        seen[r.key] = r.mean
-        cand = None
-        if r.sketch is not None and 0 <= r.sketch < len(space.sketches):
-            c = space.instantiate(r.sketch, dict(r.params))
-            cand = c if c is not None and c.key == r.key else None
-        search.mark_measured(r.key, r.mean, cand)
-        inputs.append(MeasureInput(task, r.steps, r.sketch, r.params))
-        old_results.append(r.result())
-        out.errors[r.error.name] = out.errors.get(r.error.name, 0) + 1
-    out.trials = len(seen)
-    out.best_cost = min(seen.values(), default=math.inf)
-    if inputs:
-        t0 = time.perf_counter()
-        model.update(inputs, old_results)
-        out.model_s += time.perf_counter() - t0
-    bar = _progress(trials, min(out.trials, trials), task.name, progress)
+class _TaskRun:
+    """One task within a `tune` call: its search and its result so far."""
 
-    def on_result(inp: MeasureInput, res: MeasureResult) -> None:
-        # called as each measurement completes: log first, so a kill loses nothing
-        if writer is not None:
-            writer.write(inp, res)
-        out.trials += 1
-        out.new_trials += 1
-        out.errors[res.error.name] = out.errors.get(res.error.name, 0) + 1
-        if res.valid:
-            out.best_cost = min(out.best_cost, res.mean)
-        bad = sum(v for e, v in out.errors.items() if e != "NO_ERROR")
-        bar.set_postfix(best=f"{out.best_gflops:.1f} GFLOP/s", errors=bad, refresh=False)
-        bar.update(1)
+    def __init__(self, task: SearchTask, weight: float, rng: np.random.Generator, model: CostModel,
+                 options: SearchOptions | None) -> None:
+        self.task = task
+        self.result = TuneResult(task, weight=weight)
+        space = task.make_space()
+        self.space = space
+        self.search = EvolutionarySearch(task, model, rng, options, space)
 
-    empty = 0
-    try:
-        while out.trials < trials:
+    def candidate(self, rec: Record) -> Candidate | None:
+        """The search's candidate for a logged record, when the space can re-create it."""
+        if rec.sketch is None or not 0 <= rec.sketch < len(self.space.sketches):
+            return None
+        c = self.space.instantiate(rec.sketch, dict(rec.params))
+        return c if c is not None and c.key == rec.key else None
+
+
+class _Tuner:
+    """The state of one `tune` call: tasks, the shared model, the scheduler, the bar."""
+
+    def __init__(self, model: CostModel, builder: LocalBuilder, runner: LocalRunner,
+                 writer: RecordWriter | None, log: str | None, seed: int, batch_size: int,
+                 options: SearchOptions | None) -> None:
+        self.model, self.builder, self.runner = model, builder, runner
+        self.writer, self.log, self.seed = writer, log, seed
+        self.batch_size, self.options = batch_size, options
+        self.runs: list[_TaskRun] = []
+        self.t_start = time.perf_counter()
+        self.budget = 0
+        self.done = 0  # distinct candidates of these tasks measured, log included
+        self.shared_model_s = 0.0  # training no round owns (resume, warm start)
+        self.sched: GradientTaskScheduler | None = None
+        self.bar: Any = None  # tqdm
+
+    # setting up ---------------------------------------------------------------------------------
+    def start(self, tasks: Sequence[SearchTask], weights: Sequence[float],
+              rngs: Sequence[np.random.Generator], trials: int, warm: Sequence[str], progress: bool) -> None:
+        # the scheduler's own stream: the task streams are [seed, k]
+        self.sched = GradientTaskScheduler(weights, np.random.default_rng([self.seed, len(tasks), 1]))
+        self.budget = trials * len(tasks)
+        for task, w, rng in zip(tasks, weights, rngs):
             t0 = time.perf_counter()
-            batch: list[Candidate] = search.next_batch(min(batch_size, trials - out.trials))
-            out.search_s += time.perf_counter() - t0
-            if not batch:
-                empty += 1
-                if empty >= 3:  # the space is exhausted
+            self.runs.append(_TaskRun(task, w, rng, self.model, self.options))
+            self.runs[-1].result.wall_s += time.perf_counter() - t0
+        self._resume()
+        if warm:
+            self._warm_start(warm)
+        self.done = sum(run.result.trials for run in self.runs)
+        desc = tasks[0].name if len(tasks) == 1 else f"{len(tasks)} tasks"
+        self.bar = _progress(self.budget, min(self.done, self.budget), desc, progress)
+        self._postfix()
+
+    def _resume(self) -> None:
+        """Everything of these tasks in the log counts, trains the model, seeds the searches
+        and replays the scheduler's history (one round per ``batch_size`` records)."""
+        assert self.sched is not None
+        by_key: dict[str, list[Record]] = {}
+        for r in load_records(self.log) if self.log else []:
+            by_key.setdefault(r.task_key, []).append(r)
+        inputs: list[MeasureInput] = []
+        results: list[MeasureResult] = []
+        for i, run in enumerate(self.runs):
+            t0 = time.perf_counter()
+            out = run.result
+            seen: dict[str, float] = {}
+            for r in by_key.get(run.task.workload_key, []):
+                if r.key in seen:
+                    continue
+                seen[r.key] = r.mean
+                run.search.mark_measured(r.key, r.mean, run.candidate(r))
+                inputs.append(MeasureInput(run.task, r.steps, r.sketch, r.params))
+                results.append(r.result())
+                out.errors[r.error.name] = out.errors.get(r.error.name, 0) + 1
+            out.trials = len(seen)
+            out.best_cost = min(seen.values(), default=math.inf)
+            best = np.minimum.accumulate(list(seen.values())) if seen else np.zeros(0)
+            for end in range(self.batch_size, len(best) + self.batch_size, self.batch_size):
+                self.sched.observe(i, float(best[min(end, len(best)) - 1]))
+            out.wall_s += time.perf_counter() - t0
+        if inputs:
+            t0 = time.perf_counter()
+            self.model.update(inputs, results)
+            self.shared_model_s += time.perf_counter() - t0
+
+    def _warm_start(self, paths: Sequence[str]) -> None:
+        """Pre-train the model on earlier logs; their best candidates of our tasks seed elites."""
+        mine = {run.task.workload_key: run for run in self.runs}
+        others: dict[str, SearchTask | None] = {}
+        inputs: list[MeasureInput] = []
+        results: list[MeasureResult] = []
+        same: dict[str, list[Record]] = {}
+        for p in paths:
+            for r in load_records(p):
+                run = mine.get(r.task_key)
+                if run is not None:
+                    task: SearchTask | None = run.task
+                    same.setdefault(r.task_key, []).append(r)
+                else:
+                    if r.task_key not in others:
+                        others[r.task_key] = _task_of(r, p)
+                    task = others[r.task_key]
+                if task is not None:
+                    inputs.append(MeasureInput(task, r.steps, r.sketch, r.params))
+                    results.append(r.result())
+        if inputs:
+            t0 = time.perf_counter()
+            self.model.pretrain(inputs, results)
+            self.shared_model_s += time.perf_counter() - t0
+        for key, recs in same.items():
+            run = mine[key]
+            n_elites = run.search.options.elites
+            added = 0
+            # instantiate only as many as can be elites: re-creating a candidate costs a schedule
+            fresh = [r for r in recs if r.valid and r.key not in run.search.measured]
+            for r in sorted(fresh, key=lambda r: r.mean)[: 4 * n_elites]:
+                c = run.candidate(r)
+                if c is not None:
+                    run.search.add_elite(c, r.mean)
+                    added += 1
+                    if added >= n_elites:
+                        break
+
+    # the loop -----------------------------------------------------------------------------------
+    def loop(self) -> None:
+        assert self.sched is not None
+        while self.done < self.budget:
+            i = self.sched.next_task()
+            if i is None:  # every search space is exhausted
+                break
+            self._round(i, min(self.batch_size, self.budget - self.done))
+
+    def _round(self, i: int, n: int) -> None:
+        assert self.sched is not None
+        run = self.runs[i]
+        out = run.result
+        t_round = time.perf_counter()
+        try:
+            batch: list[Candidate] = []
+            for _ in range(3):  # an empty batch now and then is luck; three in a row, exhaustion
+                t0 = time.perf_counter()
+                batch = run.search.next_batch(n)
+                out.search_s += time.perf_counter() - t0
+                if batch:
                     break
-                continue
-            empty = 0
-            ins = [MeasureInput(task, c.steps, c.sketch, c.params) for c in batch]
-            res, tb, tr = measure_batch(builder, runner, ins, on_result)
+            if not batch:
+                self.sched.retire(i)
+                return
+            ins = [MeasureInput(run.task, c.steps, c.sketch, c.params) for c in batch]
+            scores = None
+            if self.model.trained:
+                # scored before measuring: the batch is held-out data for this model (the
+                # features are cached from the search, so this is cheap)
+                t0 = time.perf_counter()
+                scores = self.model.predict(ins)
+                out.model_s += time.perf_counter() - t0
+            res, tb, tr = measure_batch(self.builder, self.runner, ins, self._on_result(run))
             out.build_s += tb
             out.run_s += tr
             t0 = time.perf_counter()
-            search.update(batch, res)
-            model.update(ins, res)
+            run.search.update(batch, res)
+            self.model.update(ins, res)
+            if scores is not None:
+                self._grade(run, scores, res)
             out.model_s += time.perf_counter() - t0
-    except KeyboardInterrupt:
-        out.interrupted = True
+            self.sched.observe(i, out.best_cost)
+        finally:
+            out.wall_s += time.perf_counter() - t_round
+
+    def _grade(self, run: _TaskRun, scores: np.ndarray, res: Sequence[MeasureResult]) -> None:
+        q = ranking_quality(scores, [r.mean if r.valid else math.inf for r in res])
+        if q is None:
+            return
+        run.result.model_quality.append(q)
+        if self.writer is not None:
+            self.writer.write_model_quality(run.task, run.result.trials, q.pairwise_acc,
+                                            q.topk_recall, q.k, q.n)
+
+    def _on_result(self, run: _TaskRun) -> Callable[[MeasureInput, MeasureResult], None]:
+        out = run.result
+
+        def on_result(inp: MeasureInput, res: MeasureResult) -> None:
+            # called as each measurement completes: log first, so a kill loses nothing
+            if self.writer is not None:
+                self.writer.write(inp, res)
+            out.trials += 1
+            out.new_trials += 1
+            self.done += 1
+            out.errors[res.error.name] = out.errors.get(res.error.name, 0) + 1
+            if res.valid:
+                out.best_cost = min(out.best_cost, res.mean)
+            self._postfix()
+            if self.bar is not None:
+                self.bar.update(1)
+
+        return on_result
+
+    def _postfix(self) -> None:
+        if self.bar is None:
+            return
+        post: dict[str, object] = {}
+        if len(self.runs) == 1:
+            post["best"] = f"{self.runs[0].result.best_gflops:.1f} GFLOP/s"
+        # the objective the scheduler minimises: what one pass over the weighted tasks costs
+        lat = sum(r.result.weight * r.result.best_cost for r in self.runs if r.result.weight > 0)
+        post["latency"] = f"{lat * 1e3:.4g} ms" if math.isfinite(lat) else "-"
+        post["errors"] = sum(v for r in self.runs for e, v in r.result.errors.items() if e != "NO_ERROR")
+        self.bar.set_postfix(post, refresh=False)
+
+    # ending -------------------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        for run in self.runs:
+            run.result.interrupted = True
         # results of the jobs in flight would otherwise be read as answers to the next jobs
-        builder.reset()
-        runner.reset()
-        bar.write(f"tuning of {task.name} interrupted: {out.new_trials} new record(s) kept"
-                  + (f" in {log}" if log else ""))
-    finally:
-        bar.close()
-        out.wall_s = time.perf_counter() - t_start
-    return out
+        self.builder.reset()
+        self.runner.reset()
+        new = sum(run.result.new_trials for run in self.runs)
+        msg = (f"tuning interrupted: {new} new record(s) kept" + (f" in {self.log}" if self.log else ""))
+        if self.bar is not None:
+            self.bar.write(msg)
+        else:
+            print(msg, file=sys.stderr)
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if not self.runs:
+            return
+        # what no round owns is shared out, so the tasks' wall times add up to the call's
+        n = len(self.runs)
+        rest = time.perf_counter() - self.t_start - sum(run.result.wall_s for run in self.runs)
+        for run in self.runs:
+            run.result.wall_s += max(0.0, rest) / n
+            run.result.model_s += self.shared_model_s / n
 
 
-__all__ = ["TuneResult", "tune"]
+def _task_of(rec: Record, path: str) -> SearchTask | None:
+    """The task of a warm-start record of another task; None (with a warning) if it cannot
+    be rebuilt here."""
+    try:
+        return SearchTask.from_json({"workload": rec.workload, "args": list(rec.args), "target": rec.target})
+    except Exception as e:  # noqa: BLE001 - a foreign workload may fail in any way; it is only a hint
+        warnings.warn(f"warm_start {path}: skipping the records of {rec.workload}{tuple(rec.args)} "
+                      f"({type(e).__name__}: {e})", RuntimeWarning, stacklevel=4)
+        return None
+
+
+__all__ = ["TuneResult", "tune", "tune_report"]

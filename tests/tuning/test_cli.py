@@ -21,7 +21,7 @@ def test_tune_show_export_load(tmp_path, capsys):
     assert log.exists() and len(log.read_text().splitlines()) == 6
     assert main(["show-log", str(log)]) == 0
     out = capsys.readouterr().out
-    assert "matmul(32, 48, 64)" in out and "GFLOP/s" in out
+    assert "matmul(32, 48, 64)" in out and "GFLOP/s" in out and "rank acc" in out
     assert main(["export", "--log", str(log), "-o", str(tmp_path / "out")]) == 0
     lib = tc.runtime.load_module(str(tmp_path / "out" / "kernels.so"))
     f = lib["matmul_32_48_64"]

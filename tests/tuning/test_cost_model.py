@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tuning_workloads as wl
 
 from tuning import RandomModel, SearchTask, XGBModel
@@ -39,3 +40,51 @@ def test_xgb_ranks_by_what_it_was_shown() -> None:
     assert model.n_samples == len(inputs)
     rand = RandomModel(seed=0).predict(inputs)
     assert rand.shape == (len(inputs),) and not np.array_equal(rand, RandomModel(seed=1).predict(inputs))
+
+
+def test_ranking_metrics_on_hand_made_data() -> None:
+    from scipy.stats import kendalltau
+
+    from tuning.cost_model import pairwise_accuracy, ranking_quality, topk_recall
+
+    costs = np.array([4.0, 1.0, 3.0, 2.0, 5.0, 0.5, 6.0, 7.0])
+    perfect = -costs  # higher score = cheaper
+    assert pairwise_accuracy(perfect, costs) == 1.0 and topk_recall(perfect, costs) == 1.0
+    assert pairwise_accuracy(costs, costs) == 0.0 and topk_recall(costs, costs) == 0.0
+    assert pairwise_accuracy(np.zeros(8), costs) == 0.5  # no opinion: a coin flip per pair
+    # one swapped pair of 28: 27 right; equals (Kendall's tau + 1) / 2 without ties
+    swapped = perfect.copy()
+    swapped[[1, 3]] = swapped[[3, 1]]
+    assert pairwise_accuracy(swapped, costs) == pytest.approx(27 / 28)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        s, c = rng.random(12), rng.random(12)
+        tau = kendalltau(s, -c).statistic
+        assert pairwise_accuracy(s, c) == pytest.approx((tau + 1) / 2)
+    # top-k: k = 8 // 4 = 2, the cheapest are 5 and 1; a model that finds one of them: 0.5
+    half = np.zeros(8)
+    half[[5, 0]] = [2.0, 1.0]
+    assert topk_recall(half, costs) == 0.5 and topk_recall(half, costs, k=1) == 1.0
+    # equal costs have no order to get right
+    assert np.isnan(pairwise_accuracy([1.0, 2.0], [3.0, 3.0]))
+    # failures (inf) are left out; fewer than two valid: nothing to grade
+    q = ranking_quality([3.0, 2.0, 9.0, 1.0], [1.0, 2.0, np.inf, 3.0])
+    assert q is not None and (q.pairwise_acc, q.topk_recall, q.k, q.n) == (1.0, 1.0, 1, 3)
+    assert ranking_quality([1.0, 2.0], [np.inf, 1.0]) is None
+
+
+def test_pretrain_keeps_earlier_runs_apart() -> None:
+    task = SearchTask(wl.matmul, (64, 64, 64))
+    space = SearchSpace(task)
+    rng = np.random.default_rng(1)
+    cands = [c for c in (space.sample(rng) for _ in range(20)) if c is not None]
+    inputs = [MeasureInput(task, c.steps, c.sketch, c.params) for c in cands]
+    results = [MeasureResult((float(k + 1),), MeasureErrorNo.NO_ERROR) for k in range(len(cands))]
+    model = XGBModel(seed=0, min_samples=8)
+    assert not model.trained and not RandomModel().trained
+    model.pretrain(inputs, results)
+    assert model.trained and model.n_samples == len(inputs)
+    # measured again in this run: new rows in this run's own query group, not merged
+    model.update(inputs[:5], results[:5])
+    assert model.n_samples == len(inputs) + 5
+    assert sorted(model._cost) == sorted([task.workload_key, "warm:" + task.workload_key])

@@ -85,3 +85,30 @@ def test_apply_best_gives_a_buildable_schedule(tmp_path: Path) -> None:
     tc.build(s, args)(a, b, c)
     np.testing.assert_allclose(c, a @ b)
     assert ", 1, 4)]" in str(tc.lower(s, args))  # BETTER's 4-lane vectors, not GOOD's 8
+
+
+def test_model_quality_lines_do_not_disturb_measurements(tmp_path: Path) -> None:
+    import warnings
+
+    from tuning.records import load_model_quality
+
+    task = SearchTask(wl.matmul, (16, 8, 16))
+    other = SearchTask(wl.matmul, (16, 8, 32))
+    log = tmp_path / "q.jsonl"
+    with RecordWriter(str(log)) as w:
+        w.write(MeasureInput(task, GOOD, 0, ()), _ok(2e-3))
+        w.write_model_quality(task, 1, 0.75, 0.5, 1, 4)
+        w.write(MeasureInput(task, BETTER, 0, ()), _ok(1e-3))
+        w.write_model_quality(other, 9, float("nan"), 1.0, 2, 8)
+    assert len(log.read_text().splitlines()) == 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # skipped silently, not as unreadable lines
+        assert [r.steps for r in load_records(str(log))] == [GOOD, BETTER]
+        qs = load_model_quality(str(log))
+    assert [(q.task_key, q.trials, q.pairwise_acc, q.topk_recall, q.k, q.n) for q in qs[:1]] == [
+        (task.workload_key, 1, 0.75, 0.5, 1, 4)]
+    assert np.isnan(qs[1].pairwise_acc) and qs[1].topk_recall == 1.0  # NaN travels as null
+    assert [q.trials for q in load_model_quality(str(log), other)] == [9]
+    assert json.loads(log.read_text().splitlines()[1])["kind"] == "model_quality"
+    assert best_record(str(log), task).steps == BETTER
+    assert load_model_quality(str(tmp_path / "missing.jsonl")) == []

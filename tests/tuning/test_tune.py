@@ -3,13 +3,13 @@ interrupted or killed run resumes without losing or re-measuring a record."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,19 +18,11 @@ import tuning_workloads as wl
 
 import tecomp as tc
 import tuning
-from tuning.measure import LocalBuilder, LocalRunner
+from tuning.measure import LocalBuilder, LocalRunner, MeasureInput, measure_batch
 from tuning.records import load_records
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-
-
-@pytest.fixture(scope="module")
-def pools() -> Iterator[tuple[LocalBuilder, LocalRunner]]:
-    builder, runner = LocalBuilder(n_workers=2), LocalRunner(timeout=10.0, min_repeat_ms=5.0)
-    yield builder, runner
-    builder.close()
-    runner.close()
 
 
 def test_short_tune_beats_default(tmp_path: Path, pools: tuple[LocalBuilder, LocalRunner]) -> None:
@@ -44,16 +36,19 @@ def test_short_tune_beats_default(tmp_path: Path, pools: tuple[LocalBuilder, Loc
     assert len(load_records(log, task)) == 16
     s, args = task.apply_best(log)
     best = tc.build(s, args, name="best")
-    default = tc.build(task.create_schedule(), task.tensors, name="default")
     rng = np.random.default_rng(0)
     a = rng.standard_normal((128, 128)).astype("float32")
     b = rng.standard_normal((128, 128)).astype("float32")
     c = np.zeros((128, 128), "float32")
     best(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-3)
-    t_best = best.time_evaluator(number=5, repeat=5)(a, b, c).min
-    t_default = default.time_evaluator(number=2, repeat=3)(a, b, c).min
-    assert t_best <= t_default
+    # Speed is compared as the tuner measures it (isolated runner, same repeats) with the
+    # default schedule measured the same way. Timing here, in the test process, would judge a
+    # parallel kernel by how soon the OS schedules its second thread on a loaded 2-core box.
+    default_inp = MeasureInput(task, (), None, ())
+    (t_default,), _, _ = measure_batch(builder, runner, [default_inp])
+    assert t_default.valid, t_default.error_msg
+    assert res.best_cost < t_default.mean, (res.best_cost, t_default.mean)
     # running again with the same budget measures nothing new
     again = tuning.tune([task], trials=16, log=log, seed=0, builder=builder, runner=runner,
                         progress=False)[0]
@@ -83,7 +78,9 @@ def _start(log: Path, trials: int) -> subprocess.Popen[str]:
 def _wait_for_lines(log: Path, n: int, proc: subprocess.Popen[str], limit: float = 60.0) -> None:
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit and proc.poll() is None:
-        if log.exists() and log.read_text().count("\n") >= n:
+        # measurements only: "model_quality" lines carry a top-level "kind"
+        if log.exists() and sum("kind" not in json.loads(ln) for ln in log.read_text().splitlines(True)
+                                if ln.endswith("\n")) >= n:
             return
         time.sleep(0.05)
     raise AssertionError(f"no {n} records in time (rc {proc.poll()})")
@@ -118,3 +115,129 @@ def test_interrupt_and_kill_then_resume_lose_nothing(tmp_path: Path,
     final = [r.key for r in load_records(str(log))]
     assert res.new_trials == 3 and res.trials == total
     assert set(second) <= set(final) and len(final) == len(set(final)) == total
+
+
+def test_bad_arguments_fail_before_any_work(tmp_path: Path) -> None:
+    a, b = tuning.SearchTask(wl.matmul, (32, 32, 32)), tuning.SearchTask(wl.add_one, (64,))
+    for weights in ([1.0], [1.0, -2.0], [1.0, float("nan")]):
+        with pytest.raises(tuning.TuningError, match="weight"):
+            tuning.tune([a, b], trials=4, weights=weights, progress=False)
+    with pytest.raises(tuning.TuningError, match="same task"):
+        tuning.tune([a, tuning.SearchTask(wl.matmul, (32, 32, 32))], trials=4, progress=False)
+    missing = str(tmp_path / "old.jsonl")
+    with pytest.raises(tuning.TuningError, match="old.jsonl"):
+        tuning.tune([a], trials=4, warm_start=[missing], progress=False)
+    assert tuning.tune([], trials=4, progress=False) == []
+
+
+def test_two_tasks_share_a_budget_and_resume(tmp_path: Path,
+                                             pools: tuple[LocalBuilder, LocalRunner]) -> None:
+    import warnings
+
+    from tuning.records import load_model_quality
+
+    builder, runner = pools
+    tasks = [tuning.SearchTask(wl.matmul, (32, 32, 32)), tuning.SearchTask(wl.elementwise, (64, 64))]
+    log = str(tmp_path / "two.jsonl")
+    small = tuning.SearchOptions(population=16, generations=1)
+    kw = dict(log=log, seed=0, batch_size=4, builder=builder, runner=runner, search=small,
+              progress=False, weights=[1.0, 4.0])
+    t0 = time.perf_counter()
+    first = tuning.tune(tasks, trials=6, **kw)  # type: ignore[arg-type]
+    wall = time.perf_counter() - t0
+    assert [r.task for r in first] == tasks and [r.weight for r in first] == [1.0, 4.0]
+    assert sum(r.new_trials for r in first) == 12 and all(r.trials >= 4 for r in first)  # warm-up
+    assert all(np.isfinite(r.best_cost) for r in first)
+    # the tasks' times add up to the call's, and the phases fit in them
+    assert sum(r.wall_s for r in first) == pytest.approx(wall, rel=0.05)
+    for r in first:
+        assert 0 < r.search_s + r.model_s + r.build_s + r.run_s <= r.wall_s
+    # resuming to a larger budget measures only the difference, then nothing
+    second = tuning.tune(tasks, trials=8, **kw)  # type: ignore[arg-type]
+    assert sum(r.new_trials for r in second) == 4 and sum(r.trials for r in second) == 16
+    third = tuning.tune(tasks, trials=8, **kw)  # type: ignore[arg-type]
+    assert [r.new_trials for r in third] == [0, 0] and [r.trials for r in third] == [r.trials for r in second]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        recs = load_records(log)
+        quality = load_model_quality(log)
+    assert len(recs) == len({(r.task_key, r.key) for r in recs}) == 16
+    for r in second:
+        assert len(load_records(log, r.task)) == r.trials
+    # every batch graded after the model was first trained left a line in the log
+    graded = sum(len(r.model_quality) for r in (*first, *second))
+    assert graded >= 1 and len(quality) == graded
+    assert {q.task_key for q in quality} <= {t.workload_key for t in tasks}
+    assert all(0.0 <= q.topk_recall <= 1.0 and q.n >= 2 for q in quality)
+    report = tuning.tune_report(first)
+    assert "12 new trial(s)" in report and "matmul(32, 32, 32)" in report and "trials/min" in report
+
+
+class _Spy(tuning.XGBModel):
+    """Remembers what the model knew when the search first asked it."""
+
+    first: tuple[int, bool] | None = None
+
+    def predict(self, candidates):  # type: ignore[no-untyped-def]
+        if self.first is None:
+            self.first = (self.n_samples, self.trained)
+        return super().predict(candidates)
+
+
+def _old_log(path: Path, task: tuning.SearchTask, n: int, seed: int) -> list[str]:
+    """A log of an earlier run: sampled candidates with made-up costs (no measuring)."""
+    from tuning.measure import MeasureErrorNo, MeasureInput, MeasureResult
+    from tuning.records import RecordWriter
+    from tuning.space import SearchSpace
+
+    space = SearchSpace(task)
+    rng = np.random.default_rng(seed)
+    cands = [c for c in (space.sample(rng) for _ in range(2 * n)) if c is not None][:n]
+    with RecordWriter(str(path)) as w:
+        for k, c in enumerate(cands):
+            w.write(MeasureInput(task, c.steps, c.sketch, c.params),
+                    MeasureResult((1e-4 * (k + 1),), MeasureErrorNo.NO_ERROR))
+    return [c.key for c in cands]
+
+
+def test_warm_start_pretrains_the_model(tmp_path: Path, pools: tuple[LocalBuilder, LocalRunner],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuning.search import EvolutionarySearch
+
+    builder, runner = pools
+    task = tuning.SearchTask(wl.matmul, (32, 32, 32))
+    other = tuning.SearchTask(wl.matmul, (32, 32, 64))
+    old = tmp_path / "old.jsonl"
+    old_keys = _old_log(old, other, 10, seed=0) + _old_log(old, task, 6, seed=1)
+    # a record whose workload cannot be imported here is skipped with a warning
+    line = (old.read_text().splitlines()[0].replace(wl.matmul.__module__ + ":", "no_such_module_xyz:")
+            .replace(other.workload_key, "f" * 24))
+    with open(old, "a") as f:
+        f.write(line + "\n")
+    elites: list[str] = []
+    seed_elite = EvolutionarySearch.add_elite
+    monkeypatch.setattr(EvolutionarySearch, "add_elite",
+                        lambda self, c, cost: (elites.append(c.key), seed_elite(self, c, cost))[1])
+    log = tmp_path / "new.jsonl"
+    model = _Spy(seed=0)
+    with pytest.warns(RuntimeWarning, match="no_such_module_xyz"):
+        (res,) = tuning.tune([task], trials=4, log=str(log), seed=0, batch_size=4, builder=builder,
+                             runner=runner, cost_model=model, progress=False, warm_start=str(old),
+                             search=tuning.SearchOptions(population=16, generations=1))
+    # trained on both tasks' old records before the first batch was chosen
+    assert model.first == (16, True)
+    assert elites and set(elites) <= set(old_keys[10:])  # this task's old records seed the search
+    # the old records are neither trials of this run nor copied into its log
+    assert res.trials == res.new_trials == 4
+    assert len(load_records(str(log))) == 4 and load_records(str(log), other) == []
+    assert len(res.model_quality) == 1  # the pre-trained model was graded on the first batch
+
+
+def test_tune_report_shares_add_up() -> None:
+    task = tuning.SearchTask(wl.add_one, (64,))
+    r = tuning.TuneResult(task, trials=30, new_trials=20, best_cost=1e-6, search_s=6.0, model_s=3.0,
+                          build_s=30.0, run_s=15.0, wall_s=60.0, weight=2.0)
+    text = r.summary()
+    assert "20 new trial(s) in 60.0 s = 20.0 trials/min" in text
+    assert "search 10%, model 5%, build 50%, run 25%, other 10%" in text
+    assert "add_one(64)" in text and "0.0010" in text
