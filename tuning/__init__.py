@@ -21,9 +21,9 @@ measurement so a run can be resumed and its best schedule applied later.
 from .cost_model import CostModel, RandomModel, XGBModel
 from .measure import LocalBuilder, LocalRunner, MeasureErrorNo
 from .records import NoValidRecordError, load_model_quality, load_records
+from .scheduler import GradientTaskScheduler
 from .search import SearchOptions
 from .task import SearchTask, TuningError, register_workload
-from .task_scheduler import GradientTaskScheduler
 from .template import ConfigEntity, ConfigSpace, template
 from .tune import TuneResult, tune, tune_report
 

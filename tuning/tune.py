@@ -43,10 +43,10 @@ from .cost_model import CostModel, RandomModel, RankingQuality, XGBModel, rankin
 from .features import FeatureCache
 from .measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult, measure_batch
 from .records import Record, RecordWriter, load_records
+from .scheduler import GradientTaskScheduler, check_weights
 from .search import EvolutionarySearch, SearchOptions
 from .space import Candidate
 from .task import SearchTask, TuningError
-from .task_scheduler import GradientTaskScheduler, check_weights
 
 
 @dataclass

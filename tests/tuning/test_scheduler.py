@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tuning import TuningError
-from tuning.task_scheduler import GradientTaskScheduler, check_weights
+from tuning.scheduler import GradientTaskScheduler, check_weights
 
 
 def _sched(weights: list[float], eps: float = 0.0, seed: int = 0) -> GradientTaskScheduler:
