@@ -16,6 +16,7 @@ none): ``"model_quality"`` lines grade the cost model on each batch before it le
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -257,7 +258,24 @@ def best_record(path: str, task: SearchTask) -> Record:
         raise NoValidRecordError(
             f"no valid record for {task.name} (key {task.workload_key}, target {task.target}) "
             f"in {path!r}: {detail}")
-    return min(valid, key=lambda r: (r.mean, r.timestamp))
+    return min(aggregate(valid), key=lambda r: (r.mean, r.timestamp))
+
+
+def aggregate(records: Sequence[Record]) -> list[Record]:
+    """One record per candidate (steps key): the latest, holding the costs of every valid
+    measurement of it. A candidate re-measured after tuning (`tune`'s ``remeasure``) is
+    judged on all its timings, not on the luckiest: picking the minimum of hundreds of noisy
+    single measurements favours the one that happened to be timed fast."""
+    by_key: dict[str, list[Record]] = {}
+    for r in records:
+        if r.valid:
+            by_key.setdefault(r.key, []).append(r)
+    out = []
+    for recs in by_key.values():
+        last = max(recs, key=lambda r: r.timestamp)
+        costs = tuple(c for r in recs for c in r.costs)
+        out.append(last if len(recs) == 1 else dataclasses.replace(last, costs=costs))
+    return out
 
 
 def summarize(records: Sequence[Record]) -> dict[str, int]:
@@ -269,5 +287,5 @@ def summarize(records: Sequence[Record]) -> dict[str, int]:
 
 
 __all__ = ["MODEL_QUALITY", "ModelQuality", "NoValidRecordError", "Record", "RecordWriter",
-           "SCHEMA_VERSION", "best_record", "iter_records", "load_model_quality", "load_records",
+           "SCHEMA_VERSION", "aggregate", "best_record", "iter_records", "load_model_quality", "load_records",
            "record_from_json", "record_to_json", "summarize"]

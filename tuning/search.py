@@ -46,12 +46,14 @@ class EvolutionarySearch:
         self.space = space or SearchSpace(task)
         self.measured: dict[str, float] = {}  # steps key -> mean cost (inf: failed)
         self._elite_pool: dict[str, tuple[float, Candidate]] = {}
+        self._timings: dict[str, list[float]] = {}  # steps key -> every mean measured here
 
     def update(self, candidates: Sequence[Candidate], results: Sequence[MeasureResult]) -> None:
         """Remember measurements (never propose them again; the fastest seed populations)."""
         for c, r in zip(candidates, results):
             cost = r.mean if r.valid else float("inf")
             self.measured[c.key] = cost
+            self._timings[c.key] = [cost]
             if r.valid:
                 self._elite_pool[c.key] = (cost, c)
             else:  # a warm-start elite that fails here is no elite
@@ -60,8 +62,30 @@ class EvolutionarySearch:
     def mark_measured(self, key: str, cost: float, candidate: Candidate | None = None) -> None:
         """A measurement from a log (resume); ``candidate`` when it could be re-created."""
         self.measured[key] = cost
+        self._timings[key] = [cost]
         if candidate is not None and np.isfinite(cost):
             self._elite_pool[key] = (cost, candidate)
+
+    def add_timing(self, key: str, cost: float, candidate: Candidate | None = None) -> None:
+        """Another timing of a measured candidate (a re-measurement): from now on it is judged
+        on the mean of all its timings; a failed one (inf) makes it no elite."""
+        t = self._timings.setdefault(key, [])
+        t.append(cost)
+        mean = float(np.mean(t))
+        self.measured[key] = mean
+        old = self._elite_pool.pop(key, None)
+        cand = candidate or (old[1] if old else None)
+        if cand is not None and np.isfinite(mean):
+            self._elite_pool[key] = (mean, cand)
+
+    def best(self, k: int) -> list[Candidate]:
+        """The ``k`` fastest candidates measured by this search (or resumed from its log)."""
+        mine = [(cost, c) for key, (cost, c) in self._elite_pool.items() if key in self._timings]
+        return [c for _, c in sorted(mine, key=lambda t: t[0])[:k]]
+
+    def best_cost(self) -> float:
+        """The lowest cost of a measured candidate (each judged on the mean of its timings)."""
+        return min((float(np.mean(t)) for t in self._timings.values() if t), default=float("inf"))
 
     def add_elite(self, candidate: Candidate, cost: float) -> None:
         """A good candidate known from an earlier run (``tune(warm_start=...)``).

@@ -90,6 +90,10 @@ class StagePlan:
 @dataclass(frozen=True)
 class Sketch:
     plans: tuple[StagePlan, ...]
+    # every producer that is neither inlined nor tiled is computed at the outermost loop of
+    # its consumer (instead of a sampled location): a structural choice, because the chain
+    # only pays off when every stage takes it at once (softmax: mx, e, sm inside out's rows)
+    at_outer: bool = False
 
     def describe(self) -> str:
         parts = []
@@ -99,6 +103,8 @@ class Sketch:
                 parts.append(f"{p.stage}:tile{how}")
             elif p.kind != "simple":
                 parts.append(f"{p.stage}:{p.kind}")
+        if self.at_outer:
+            parts.append("producers at outer loops")
         return ", ".join(parts) or "simple"
 
 
@@ -228,7 +234,10 @@ def generate_sketches(task: SearchTask) -> list[Sketch]:
             options.append(opts)
         elif _extent(op.reduce_axis[-1]) >= 8:
             options.append([StagePlan(op.name, "rfactor"), StagePlan(op.name, "simple")])
-    sketches = [Sketch(tuple(combo)) for combo in itertools.product(*options)]
+    tiled = {opts[0].stage for opts in options if opts[0].kind == "tile"}
+    attachable = [st for st in live if st.op.name not in outputs and st.op.name not in tiled]
+    sketches = [Sketch(tuple(combo), at_outer) for combo in itertools.product(*options)
+                for at_outer in ((True, False) if attachable else (False,))]
     return sketches[:MAX_SKETCHES]
 
 
@@ -578,7 +587,10 @@ class _Builder:
             # what row-wise chains (softmax, layernorm) need from every stage at once.
             prior = [AT_ROOT_PRIOR, AT_OUTER_PRIOR] + [(1 - AT_ROOT_PRIOR - AT_OUTER_PRIOR) / max(len(opts) - 1, 1)] * (
                 len(opts) - 1)
-            at = self.choice(f"{name}/at", tuple(range(len(opts) + 1)), prior)
+            if self.sketch.at_outer and opts:
+                at = self.choice(f"{name}/at", (1,))
+            else:
+                at = self.choice(f"{name}/at", tuple(range(len(opts) + 1)), prior)
             if at:
                 tgt, pos = opts[at - 1]
                 self.apply(ComputeAtStep(name, tgt, pos))
@@ -599,7 +611,12 @@ class _Builder:
                     self._reorder(name, spatial[:-1] + [outer] + list(op.reduce_axis) + [inner])
                 self.apply(AnnotationStep(name, self.state.index(name, inner), "vectorize"))
         if not attached and spatial:
-            self._parallel(name, self.choice(f"{name}/par", tuple(range(0, lead + 1))))
+            pars = tuple(range(0, lead + 1))
+            if self.sketch.at_outer and lead >= 2:
+                # producers sit in the outermost loop: fusing the innermost axis into it would
+                # make them recompute a whole row per chunk of it
+                pars = tuple(range(1, lead))
+            self._parallel(name, self.choice(f"{name}/par", pars))
         if op.reduce_axis:
             self._unroll(name, name)
 

@@ -39,7 +39,9 @@ CASES = [
     (wl.matmul, (48, 32, 40), ["C:tile+cache", "C:tile"]),
     (wl.matmul_relu, (24, 16, 32), ["C:tile+fuse D", "C:tile"]),
     (wl.conv2d, (1, 3, 8, 8, 4, 3, 3, 1), ["pad:inline, conv:tile+cache", "pad:inline, conv:tile"]),
-    (wl.softmax, (6, 40), ["mx:rfactor, sm:rfactor", "mx:rfactor", "sm:rfactor", "simple"]),
+    (wl.softmax, (6, 40), [f"{s}{', ' if s else ''}producers at outer loops" if outer else s or "simple"
+                           for s in ("mx:rfactor, sm:rfactor", "mx:rfactor", "sm:rfactor", "")
+                           for outer in (True, False)]),
     (wl.elementwise, (5, 70), ["T:inline"]),
 ]
 
