@@ -89,7 +89,9 @@ OPS = {
 }
 
 # Re-time the best record of a log in a fresh interpreter, the way the tuner's runner does
-# (64-byte aligned random inputs, time_evaluator): prints seconds per call as JSON.
+# (64-byte aligned random inputs, time_evaluator with repeats of at least 20 ms, as
+# LocalRunner's min_repeat_ms: a 30 us kernel timed 3 calls at a time measures mostly
+# wake-up noise): prints seconds per call as JSON.
 _RETIME = r"""
 import json, sys
 import numpy as np
@@ -109,7 +111,7 @@ for t in params:
     a = aligned_empty(tuple(int(d.value) for d in t.shape), t.dtype)
     a[...] = rng.random(a.shape)
     arrs.append(a)
-ev = f.time_evaluator(number=number, repeat=repeat)
+ev = f.time_evaluator(number=number, repeat=repeat, min_repeat_ms=20)
 best = min(ev(*arrs).mean for _ in range(3))
 print(json.dumps({"claimed": rec.mean, "retimed": best}))
 """

@@ -369,6 +369,8 @@ class _Builder:
         self.used: dict[str, Any] = {}
         self.outputs = {op.name for op in task.outputs}
         self.packs: dict[str, list[tuple[str, int]]] = {}  # tiled stage -> (pack stage, knob)
+        # at-outer sketches: per stage, the axis vars that the outermost loop pins to one point
+        self.fixed: dict[str, set[Var]] = {}
 
     def _draw(self, key: str) -> np.random.Generator:
         if self.rng is None:
@@ -595,11 +597,16 @@ class _Builder:
                 tgt, pos = opts[at - 1]
                 self.apply(ComputeAtStep(name, tgt, pos))
                 attached = True
+                if self.sketch.at_outer:
+                    self.fixed[name] = self._pinned_axes(name, tgt)
         spatial = list(op.axis)
         lead = len(spatial)
         if spatial:
             ext = _extent(spatial[-1])
             vopts = [1] + [v for v in VECTOR_CHOICES if v < ext] + ([ext] if ext <= MAX_INNERMOST else [])
+            if spatial[-1].var in self.fixed.get(name, ()):
+                # one point per row: vector lanes would all but one be masked off
+                vopts = [1]
             vopts = list(dict.fromkeys(vopts))
             # scalar loops are rarely best when vectors fit: give them a small share
             vprior = [NO_VECTOR_PRIOR if v == 1 and len(vopts) > 1 else 1.0 for v in vopts]
@@ -616,9 +623,36 @@ class _Builder:
                 # producers sit in the outermost loop: fusing the innermost axis into it would
                 # make them recompute a whole row per chunk of it
                 pars = tuple(range(1, lead))
-            self._parallel(name, self.choice(f"{name}/par", pars))
+            par = self.choice(f"{name}/par", pars)
+            self._parallel(name, par)
+            # the fused outer loop covers the leading axes (only the last one was split)
+            self.fixed[name] = {a.var for a in spatial[:par]} if self.sketch.at_outer else set()
         if op.reduce_axis:
             self._unroll(name, name)
+
+
+    def _pinned_axes(self, name: str, target: str) -> set[Var]:
+        """Axes of ``name`` (computed at ``target``'s outermost loop) whose region there is a
+        single point: every reader indexes that dimension only with its own pinned axes."""
+        sch = self.state.sch
+        op = self.state.stage(name).op
+        assert isinstance(op, ComputeOp)
+        pinned = {a.var for a in op.axis}
+        bodies = effective_bodies(sch)
+        for st, body in bodies.items():
+            if st.attach_type == "inline" or st.op.name == name:
+                continue
+            loads = [ld for ld in _scan(body).loads if ld.producer.op.name == name]
+            if not loads:
+                continue
+            fixed = self.fixed.get(st.op.name)
+            if fixed is None:  # a reader outside the chain: assume nothing
+                return set()
+            for ld in loads:
+                for a, idx in zip(op.axis, ld.indices):
+                    if not _vars_in(idx) <= fixed:
+                        pinned.discard(a.var)
+        return pinned
 
 
 def _attach_options(state: State, name: str) -> list[tuple[str, int]]:
