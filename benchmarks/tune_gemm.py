@@ -1,6 +1,6 @@
 """Auto-tune fp32 GEMM (default 1024^3) with `tuning` and compare the best schedule with numpy.
 
-The tuner gets the plain declaration ``C = A @ B`` (no hand-made layout stage) and a trial
+The tuner gets the plain declaration ``C = A @ B`` (`tuning.workloads.matmul`, no hand-made layout stage) and a trial
 budget. Afterwards the best schedule from the log is built in this process and timed against
 numpy (OpenBLAS) in the same run, interleaved, as in benchmarks/gemm.py. Printed: GFLOP/s of
 both, the ratio, the fraction of the 2-core AVX-512 peak (444 GFLOP/s), trials per minute, and
@@ -29,19 +29,10 @@ from timing import best_of  # noqa: E402
 
 import tecomp as tc  # noqa: E402
 import tuning  # noqa: E402
-from tecomp import te  # noqa: E402
+from tuning import workloads  # noqa: E402
 from tuning.measure import aligned_empty  # noqa: E402
 
 PEAK_GFLOPS_PER_CORE = 222.0  # 2 FMA units x 16 fp32 lanes x 2 flops x ~3.5 GHz (AVX-512)
-
-
-@tuning.register_workload
-def gemm(n: int, k: int, m: int) -> list[te.Tensor]:
-    A = te.placeholder((n, k), "float32", name="A")
-    B = te.placeholder((k, m), "float32", name="B")
-    r = te.reduce_axis((0, k), name="r")
-    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    return [A, B, C]
 
 
 def main() -> None:
@@ -57,7 +48,7 @@ def main() -> None:
     args = ap.parse_args()
     n = args.n
     log = args.log or os.path.join(tempfile.mkdtemp(prefix="tune-gemm-"), "gemm.jsonl")
-    task = tuning.SearchTask(gemm, (n, n, n), target="llvm")
+    task = tuning.SearchTask(workloads.matmul, (n, n, n), target="llvm")
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     res = tuning.tune([task], trials=args.trials, log=log, seed=args.seed, batch_size=args.batch,
@@ -87,7 +78,6 @@ def main() -> None:
     g_np, g_tc = flops / t_np / 1e9, flops / t_tc / 1e9
     cores = min(int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or os.cpu_count() or 1, os.cpu_count() or 1)
     peak = PEAK_GFLOPS_PER_CORE * cores
-    measured = res.search_s + res.build_s + res.run_s + res.model_s
     bad = {k: v for k, v in res.errors.items() if k != "NO_ERROR"}
     # timings on a shared machine are only as good as its idleness: say how busy it was
     print(f"\nload average (1 min) before tuning {load_before:.2f}, after timing {os.getloadavg()[0]:.2f} "
@@ -102,10 +92,8 @@ def main() -> None:
     print(f"  ratio tecomp/numpy: {t_np / t_tc:.2f}x   fraction of the {cores}-core AVX-512 peak "
           f"({peak:.0f} GFLOP/s): {g_tc / peak:.1%} (numpy {g_np / peak:.1%})")
     if res.new_trials:
-        print(f"  tuning: {wall:.0f} s wall, {res.new_trials / wall * 60:.1f} trials/minute")
-        print("  time shares: " + ", ".join(
-            f"{name} {t / measured:.0%} ({t:.0f} s)" for name, t in
-            (("search", res.search_s), ("build", res.build_s), ("run", res.run_s), ("model", res.model_s))))
+        print(f"  tuning: {wall:.0f} s wall")
+        print(res.summary())  # trials/minute and time shares, as tune() reports them
 
 
 if __name__ == "__main__":
