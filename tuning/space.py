@@ -371,6 +371,7 @@ class _Builder:
         self.packs: dict[str, list[tuple[str, int]]] = {}  # tiled stage -> (pack stage, knob)
         # at-outer sketches: per stage, the axis vars that the outermost loop pins to one point
         self.fixed: dict[str, set[Var]] = {}
+        self._bodies: dict[Stage, list[Expr]] | None = None  # see _pinned_axes
 
     def _draw(self, key: str) -> np.random.Generator:
         if self.rng is None:
@@ -638,8 +639,11 @@ class _Builder:
         op = self.state.stage(name).op
         assert isinstance(op, ComputeOp)
         pinned = {a.var for a in op.axis}
-        bodies = effective_bodies(sch)
-        for st, body in bodies.items():
+        if self._bodies is None:
+            # once per candidate: by the time stages are placed, every inline, rfactor and
+            # cache_read is done, and compute_at does not change what a stage reads
+            self._bodies = effective_bodies(sch)
+        for st, body in self._bodies.items():
             if st.attach_type == "inline" or st.op.name == name:
                 continue
             loads = [ld for ld in _scan(body).loads if ld.producer.op.name == name]

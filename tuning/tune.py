@@ -398,6 +398,11 @@ class _Tuner:
         all its timings (`tuning.records.aggregate`); the result's best_cost follows."""
         if k <= 0:
             return
+
+        def log_only(inp: MeasureInput, res: MeasureResult) -> None:
+            if self.writer is not None:
+                self.writer.write(inp, res)
+
         for run in self.runs:
             out = run.result
             best = run.search.best(k)
@@ -405,11 +410,6 @@ class _Tuner:
                 continue
             t_start = time.perf_counter()
             ins = [MeasureInput(run.task, c.steps, c.sketch, c.params) for c in best]
-
-            def log_only(inp: MeasureInput, res: MeasureResult) -> None:
-                if self.writer is not None:
-                    self.writer.write(inp, res)
-
             res, tb, tr = measure_batch(self.builder, self.runner, ins, log_only)
             out.build_s += tb
             out.run_s += tr
