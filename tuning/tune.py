@@ -44,7 +44,7 @@ from .features import FeatureCache
 from .measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult, measure_batch
 from .records import Record, RecordWriter, load_records
 from .scheduler import GradientTaskScheduler, check_weights
-from .search import EvolutionarySearch, SearchOptions
+from .search import EvolutionarySearch, RandomSearch, SearchOptions
 from .space import Candidate
 from .task import SearchTask, TuningError
 
@@ -134,7 +134,11 @@ def tune_report(results: Sequence[TuneResult]) -> str:
 
 
 def _progress(total: int, initial: int, desc: str, enabled: bool):  # type: ignore[no-untyped-def]
-    from tqdm.auto import tqdm
+    try:  # a notebook widget bar needs ipywidgets; without it tqdm.auto only warns
+        import ipywidgets  # noqa: F401
+        from tqdm.auto import tqdm
+    except ImportError:
+        from tqdm.std import tqdm
 
     return tqdm(total=total, initial=initial, desc=desc, unit="trial", disable=not enabled,
                 dynamic_ncols=True, file=sys.stderr)
@@ -149,7 +153,9 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     """Search schedules for ``tasks``: ``trials`` candidates per task, shared out by need.
 
     ``log`` (JSON lines) receives every measurement and is where a re-run resumes from;
-    ``cost_model`` is ``"xgb"``, ``"random"`` or a `CostModel` (one model for all tasks);
+    ``cost_model`` is ``"xgb"``, ``"random"`` (random search: fresh samples of the space,
+    no evolution -- the baseline) or a `CostModel` (one model for all tasks, steering the
+    evolutionary search);
     ``builder``/``runner`` default to `LocalBuilder()` / `LocalRunner()` (closed at the end
     when created here). With several tasks the budget is ``trials * len(tasks)`` in all, given
     out by a gradient task scheduler that minimises ``sum(weights[i] * best_cost[i])``
@@ -191,7 +197,8 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     rngs = [np.random.default_rng([seed, k]) for k in range(len(tasks))]
     model_seeds = [int(rng.integers(2**31)) for rng in rngs]
     model = _make_model(cost_model, model_seeds[0], features)
-    tuner = _Tuner(model, builder, runner, writer, log, seed, batch_size, search)
+    tuner = _Tuner(model, builder, runner, writer, log, seed, batch_size, search,
+                   random_search=cost_model == "random")
     try:
         tuner.start(tasks, w, rngs, trials, warm, progress)
         tuner.loop()
@@ -226,12 +233,13 @@ class _TaskRun:
     """One task within a `tune` call: its search and its result so far."""
 
     def __init__(self, task: SearchTask, weight: float, rng: np.random.Generator, model: CostModel,
-                 options: SearchOptions | None) -> None:
+                 options: SearchOptions | None, random_search: bool = False) -> None:
         self.task = task
         self.result = TuneResult(task, weight=weight)
         space = task.make_space()
         self.space = space
-        self.search = EvolutionarySearch(task, model, rng, options, space)
+        kind = RandomSearch if random_search else EvolutionarySearch
+        self.search = kind(task, model, rng, options, space)
 
     def candidate(self, rec: Record) -> Candidate | None:
         """The search's candidate for a logged record, when the space can re-create it."""
@@ -246,8 +254,9 @@ class _Tuner:
 
     def __init__(self, model: CostModel, builder: LocalBuilder, runner: LocalRunner,
                  writer: RecordWriter | None, log: str | None, seed: int, batch_size: int,
-                 options: SearchOptions | None) -> None:
+                 options: SearchOptions | None, random_search: bool = False) -> None:
         self.model, self.builder, self.runner = model, builder, runner
+        self.random_search = random_search
         self.writer, self.log, self.seed = writer, log, seed
         self.batch_size, self.options = batch_size, options
         self.runs: list[_TaskRun] = []
@@ -266,7 +275,7 @@ class _Tuner:
         self.budget = trials * len(tasks)
         for task, w, rng in zip(tasks, weights, rngs):
             t0 = time.perf_counter()
-            self.runs.append(_TaskRun(task, w, rng, self.model, self.options))
+            self.runs.append(_TaskRun(task, w, rng, self.model, self.options, self.random_search))
             self.runs[-1].result.wall_s += time.perf_counter() - t0
         self._resume()
         if warm:

@@ -16,7 +16,8 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def test_xgb_ranks_by_what_it_was_shown() -> None:
+@pytest.mark.parametrize("objective", ["regression", "pairwise"])
+def test_xgb_ranks_by_what_it_was_shown(objective: str) -> None:
     task = SearchTask(wl.matmul, (64, 64, 64))
     space = SearchSpace(task)
     rng = np.random.default_rng(0)
@@ -29,7 +30,7 @@ def test_xgb_ranks_by_what_it_was_shown() -> None:
 
     results = [MeasureResult((cost(c),), MeasureErrorNo.NO_ERROR) for c in cands[:-1]]
     results.append(MeasureResult((), MeasureErrorNo.RUN_CRASH))
-    model = XGBModel(seed=0)
+    model = XGBModel(seed=0, objective=objective)
     assert np.isfinite(model.predict(inputs)).all()  # untrained: random but usable
     model.update(inputs, results)
     assert model.n_samples == len(inputs)
@@ -40,6 +41,21 @@ def test_xgb_ranks_by_what_it_was_shown() -> None:
     assert model.n_samples == len(inputs)
     rand = RandomModel(seed=0).predict(inputs)
     assert rand.shape == (len(inputs),) and not np.array_equal(rand, RandomModel(seed=1).predict(inputs))
+
+
+def test_labels_order_and_unknown_objective() -> None:
+    from tuning.cost_model import _labels
+
+    cost = np.array([2.0, 1.0, np.inf, 8.0])
+    for objective in ("regression", "pairwise"):
+        y = _labels(cost, objective)
+        # higher is better, the best is the task's top, a failure ranks under every valid one
+        assert list(np.argsort(-y)) == [1, 0, 3, 2]
+    np.testing.assert_allclose(_labels(cost, "regression"), [-np.log(2), 0.0, -np.log(8) - 1, -np.log(8)])
+    # per-task normalised: the same relative costs give the same labels at any scale
+    np.testing.assert_allclose(_labels(cost * 1e-6, "regression"), _labels(cost, "regression"))
+    with pytest.raises(ValueError, match="objective"):
+        XGBModel(objective="rank:ndcg")
 
 
 def test_ranking_metrics_on_hand_made_data() -> None:

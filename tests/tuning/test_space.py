@@ -127,3 +127,27 @@ def test_tile_sampling() -> None:
         assert len(f) == 3 and np.prod(f) <= 97 and f[-1] <= 64
         g = mutate_tile((2, 4, 8), 256, rng)
         assert np.prod(g) <= 256 and 256 % np.prod(g) == 0 and g != (2, 4, 8)
+
+
+def test_random_search_measures_fresh_samples_only() -> None:
+    """cost_model="random" is random search: each batch is the space's next samples (never a
+    mutant of a measured candidate), distinct and never measured before."""
+    from tuning import MeasureErrorNo, RandomModel
+    from tuning.measure import MeasureResult
+    from tuning.search import RandomSearch
+
+    task = SearchTask(wl.matmul, (64, 64, 64))
+    space = SearchSpace(task)
+    search = RandomSearch(task, RandomModel(seed=0), np.random.default_rng(5), space=space)
+    first = search.next_batch(8)
+    rng = np.random.default_rng(5)
+    expect: list[str] = []
+    while len(expect) < 8:
+        c = space.sample(rng)
+        if c is not None and c.key not in expect:
+            expect.append(c.key)
+    assert [c.key for c in first] == expect
+    search.update(first, [MeasureResult((1e-3 * (i + 1),), MeasureErrorNo.NO_ERROR) for i in range(len(first))])
+    second = search.next_batch(8)
+    keys = {c.key for c in second}
+    assert len(second) == 8 and len(keys) == 8 and not keys & set(expect)
