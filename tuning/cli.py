@@ -70,8 +70,13 @@ def cmd_tune(ns: argparse.Namespace) -> int:
 
     func = resolve_workload(ns.workload)
     task = SearchTask(func, _parse_args(ns.args), target=ns.target)
-    (res,) = tune([task], trials=ns.trials, log=ns.log, seed=ns.seed)
-    print(f"{task.name}: best {res.best_gflops:.1f} GFLOP/s after {ns.trials} trials; log: {ns.log}")
+    (res,) = tune([task], trials=ns.trials, log=ns.log, seed=ns.seed, batch_size=ns.batch_size,
+                  cost_model=ns.cost_model, warm_start=ns.warm_start or None, remeasure=ns.remeasure)
+    if res.interrupted:
+        print(f"{task.name}: interrupted after {res.trials} trials; re-run the same command to "
+              f"go on (log: {ns.log})")
+        return 130
+    print(f"{task.name}: best {res.best_gflops:.1f} GFLOP/s after {res.trials} trials; log: {ns.log}")
     return 0
 
 
@@ -101,7 +106,7 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
     if not groups:
         print(f"{ns.log}: no records")
         return 0
-    from .records import load_model_quality
+    from .records import aggregate, load_model_quality
 
     # the cost model's ranking quality on held-out batches, averaged per task
     quality: dict[str, list[tuple[float, float]]] = {}
@@ -110,7 +115,8 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
     rows = [("task", "target", "records", "valid", "errors", "best ms", "GFLOP/s", "rank acc", "top-k")]
     for recs in groups.values():
         r0 = recs[0]
-        valid = [r for r in recs if r.valid]
+        # one row per candidate, judged on all its timings (as best_record and apply_best)
+        valid = aggregate([r for r in recs if r.valid])
         errs: dict[str, int] = {}
         for r in recs:
             if not r.valid:
@@ -194,6 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--trials", type=int, default=200)
     t.add_argument("--log", default="tecomp_tune.jsonl")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--batch-size", type=int, default=16, help="candidates measured per round")
+    t.add_argument("--cost-model", default="xgb", choices=["xgb", "random"],
+                   help="'random': random search, the baseline the learned model must beat")
+    t.add_argument("--warm-start", action="append", metavar="LOG",
+                   help="earlier log that pre-trains the cost model (repeatable)")
+    t.add_argument("--remeasure", type=int, default=4,
+                   help="best candidates timed again at the end (0: none)")
     t.set_defaults(fn=cmd_tune)
     s = sub.add_parser("show-log", help="best record per task of a tuning log, as a table")
     s.add_argument("log")

@@ -25,6 +25,12 @@ def test_tune_show_export_load(tmp_path, capsys):
     assert main(["show-log", str(log)]) == 0
     out = capsys.readouterr().out
     assert "matmul(32, 48, 64)" in out and "GFLOP/s" in out and "rank acc" in out
+    # the best shown is the best candidate judged on all its timings, as apply_best picks it
+    from tuning import SearchTask, workloads
+    from tuning.records import best_record
+
+    best = best_record(str(log), SearchTask(workloads.matmul, (32, 48, 64)))
+    assert f"{best.mean * 1e3:.3f}" in out
     assert main(["export", "--log", str(log), "-o", str(tmp_path / "out")]) == 0
     lib = tc.runtime.load_module(str(tmp_path / "out" / "kernels.so"))
     f = lib["matmul_32_48_64"]
@@ -54,6 +60,18 @@ def test_workload_from_a_user_file(tmp_path):
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     assert len({r.key for r in load_records(str(log))}) == 4
+
+
+def test_tune_options(tmp_path, capsys):
+    """--cost-model random, --batch-size, --remeasure 0 and --warm-start reach tune()."""
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    base = ["tune", "matmul", "--args", "16", "16", "16", "--trials", "5", "--remeasure", "0"]
+    assert main([*base, "--cost-model", "random", "--batch-size", "2", "--log", str(first)]) == 0
+    assert len(load_records(str(first))) == 5  # no re-measurement lines
+    assert main([*base, "--warm-start", str(first), "--log", str(second)]) == 0
+    assert len({r.key for r in load_records(str(second))}) == 5
+    assert main([*base, "--warm-start", str(tmp_path / "missing.jsonl"), "--log", str(second)]) == 2
+    assert "missing.jsonl" in capsys.readouterr().err
 
 
 def test_errors_are_clean(tmp_path, capsys):
