@@ -77,8 +77,24 @@ class BuildResult:
     time_s: float = 0.0
 
 
+class Timed:
+    """``valid`` and ``mean`` of a measurement, one definition for `MeasureResult` and
+    `tuning.records.Record` (a failed one has no mean: inf, whatever costs it carries)."""
+
+    costs: tuple[float, ...]
+    error: MeasureErrorNo
+
+    @property
+    def valid(self) -> bool:
+        return self.error == MeasureErrorNo.NO_ERROR and bool(self.costs)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.costs) / len(self.costs) if self.valid else math.inf
+
+
 @dataclass(frozen=True)
-class MeasureResult:
+class MeasureResult(Timed):
     """Seconds per call, one entry per repeat; empty when ``error`` is not NO_ERROR."""
 
     costs: tuple[float, ...]
@@ -87,14 +103,6 @@ class MeasureResult:
     build_s: float = 0.0
     run_s: float = 0.0
     timestamp: float = field(default_factory=time.time)
-
-    @property
-    def valid(self) -> bool:
-        return self.error == MeasureErrorNo.NO_ERROR and bool(self.costs)
-
-    @property
-    def mean(self) -> float:
-        return sum(self.costs) / len(self.costs) if self.costs else math.inf
 
 
 # worker processes -----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .measure import MeasureErrorNo, MeasureInput, MeasureResult
+from .measure import MeasureErrorNo, MeasureInput, MeasureResult, Timed
 from .steps import Step, steps_from_json, steps_key, steps_to_json
 from .task import SearchTask, TuningError
 
@@ -39,7 +39,7 @@ class NoValidRecordError(TuningError, LookupError):
 
 
 @dataclass(frozen=True)
-class Record:
+class Record(Timed):
     """One measurement as stored in a log."""
 
     task_key: str
@@ -57,14 +57,6 @@ class Record:
     timestamp: float = 0.0
     tecomp_version: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @property
-    def valid(self) -> bool:
-        return self.error == MeasureErrorNo.NO_ERROR and bool(self.costs)
-
-    @property
-    def mean(self) -> float:
-        return sum(self.costs) / len(self.costs) if self.valid else math.inf
 
     @property
     def key(self) -> str:
