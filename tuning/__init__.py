@@ -20,7 +20,7 @@ measurement so a run can be resumed and its best schedule applied later.
 
 from .cost_model import CostModel, RandomModel, XGBModel
 from .measure import LocalBuilder, LocalRunner, MeasureErrorNo
-from .records import NoValidRecordError, load_model_quality, load_records
+from .records import NoValidRecordError, best_record, load_model_quality, load_records
 from .scheduler import GradientTaskScheduler
 from .search import SearchOptions
 from .task import SearchTask, TuningError, register_workload
@@ -30,5 +30,5 @@ from .tune import TuneResult, tune, tune_report
 __all__ = [
     "ConfigEntity", "ConfigSpace", "CostModel", "LocalBuilder", "LocalRunner", "MeasureErrorNo", "NoValidRecordError",
     "GradientTaskScheduler", "RandomModel", "SearchOptions", "SearchTask", "TuneResult", "TuningError", "XGBModel",
-    "load_model_quality", "load_records", "register_workload", "template", "tune", "tune_report",
+    "best_record", "load_model_quality", "load_records", "register_workload", "template", "tune", "tune_report",
 ]

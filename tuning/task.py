@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,15 @@ def require_module_level(func: Callable[..., Any], who: str) -> None:
             f"{who}: {func.__qualname__} is not defined at module level; candidates "
             "are measured in worker processes that import the workload by name, so define it "
             "at the top level of a module"
+        )
+    main = sys.modules.get("__main__")
+    if getattr(func, "__module__", None) == "__main__" and not getattr(main, "__file__", None):
+        # a notebook cell or a REPL: no file the workers could import it from, and every
+        # candidate would fail to build with only the log telling why
+        raise TuningError(
+            f"{who}: {func.__qualname__} is defined in an interactive session (notebook or REPL); "
+            "candidates are measured in worker processes that import the workload by name, so "
+            "put it in a .py file (in a notebook: %%writefile my_ops.py) and import it from there"
         )
 
 

@@ -55,3 +55,21 @@ def test_errors() -> None:
         SearchTask(wl.same_names, (8,))
     with pytest.raises(TuningError, match="symbolic extent"):
         SearchTask(wl.symbolic, ())
+
+
+def test_interactive_workload_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workload typed into a notebook cell lives in a __main__ without a file: the workers
+    could not import it, so registering it says so (instead of every candidate failing)."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+
+    def cell(n):  # type: ignore[no-untyped-def]
+        A = te.placeholder((n,), "float32", name="A")
+        return [A, te.compute((n,), lambda i: A[i] + 1.0, name="B")]
+
+    cell.__module__, cell.__qualname__ = "__main__", "cell"
+    with pytest.raises(TuningError, match="interactive session.*%%writefile"):
+        tuning.register_workload(cell)
+    with pytest.raises(TuningError, match="interactive session"):
+        tuning.template(cell)
