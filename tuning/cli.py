@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--trials", type=int, default=200)
     t.add_argument("--log", default="tecomp_tune.jsonl")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--batch-size", type=int, default=16, help="candidates measured per round")
+    t.add_argument("--batch-size", type=int, default=8, help="candidates measured per round")
     t.add_argument("--cost-model", default="xgb", choices=["xgb", "random"],
                    help="'random': random search, the baseline the learned model must beat")
     t.add_argument("--warm-start", action="append", metavar="LOG",

@@ -145,13 +145,16 @@ def _progress(total: int, initial: int, desc: str, enabled: bool):  # type: igno
 
 
 def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None, seed: int = 0,
-         batch_size: int = 16, cost_model: str | CostModel = "xgb",
+         batch_size: int = 8, cost_model: str | CostModel = "xgb",
          builder: LocalBuilder | None = None, runner: LocalRunner | None = None,
          search: SearchOptions | None = None, progress: bool = True,
          weights: Sequence[float] | None = None,
          warm_start: Sequence[str] | str | None = None, remeasure: int = 4) -> list[TuneResult]:
     """Search schedules for ``tasks``: ``trials`` candidates per task, shared out by need.
 
+    ``batch_size`` candidates are measured per round, and the model learns after each: 8
+    rather than 16 gives it twice the rounds (best at 128 trials over random search's, 6
+    seeds x matmul/conv2d/softmax: 1.15x vs 1.12x, at ~15% fewer trials per minute).
     ``log`` (JSON lines) receives every measurement and is where a re-run resumes from;
     ``cost_model`` is ``"xgb"``, ``"random"`` (random search: fresh samples of the space,
     no evolution -- the baseline) or a `CostModel` (one model for all tasks, steering the
