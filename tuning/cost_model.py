@@ -92,9 +92,9 @@ class XGBModel(CostModel):
       throughput, each candidate paired with 32 random others of its task.
 
     Held-out pairwise accuracy after 112 training records (`benchmarks/cost_model_eval.py`,
-    matmul/conv2d/softmax): regression 0.68/0.74/0.93, pairwise 0.66/0.72/0.87, and
-    0.56/0.63/0.70 for pairwise with XGBoost's default pair sampling (pairs with a group's
-    top 32 only), which the tuner used before.
+    matmul/conv2d/softmax): regression 0.68/0.74/0.93 and pairwise 0.66/0.72/0.87 on one set
+    of logs; on an older set regression 0.65/0.73/0.91 and 0.56/0.63/0.70 for pairwise with
+    XGBoost's default pair sampling (pairs with a group's top 32 only), used before.
     """
 
     def __init__(self, seed: int = 0, features: FeatureCache | None = None, rounds: int = 80,
