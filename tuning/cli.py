@@ -70,8 +70,10 @@ def cmd_tune(ns: argparse.Namespace) -> int:
 
     func = resolve_workload(ns.workload)
     task = SearchTask(func, _parse_args(ns.args), target=ns.target)
-    (res,) = tune([task], trials=ns.trials, log=ns.log, seed=ns.seed, batch_size=ns.batch_size,
-                  cost_model=ns.cost_model, warm_start=ns.warm_start or None, remeasure=ns.remeasure)
+    # options not given on the command line keep tune()'s defaults (one place to change them)
+    opts = {k: v for k, v in (("batch_size", ns.batch_size), ("remeasure", ns.remeasure)) if v is not None}
+    (res,) = tune([task], trials=ns.trials, log=ns.log, seed=ns.seed, cost_model=ns.cost_model,
+                  warm_start=ns.warm_start or None, **opts)
     if res.interrupted:
         print(f"{task.name}: interrupted after {res.trials} trials; re-run the same command to "
               f"go on (log: {ns.log})")
@@ -116,7 +118,7 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
     for recs in groups.values():
         r0 = recs[0]
         # one row per candidate, judged on all its timings (as best_record and apply_best)
-        valid = aggregate([r for r in recs if r.valid])
+        valid = aggregate(recs)
         errs: dict[str, int] = {}
         for r in recs:
             if not r.valid:
@@ -200,13 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--trials", type=int, default=200)
     t.add_argument("--log", default="tecomp_tune.jsonl")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--batch-size", type=int, default=8, help="candidates measured per round")
+    t.add_argument("--batch-size", type=int, help="candidates measured per round (default: tune's, 8)")
     t.add_argument("--cost-model", default="xgb", choices=["xgb", "random"],
                    help="'random': random search, the baseline the learned model must beat")
     t.add_argument("--warm-start", action="append", metavar="LOG",
                    help="earlier log that pre-trains the cost model (repeatable)")
-    t.add_argument("--remeasure", type=int, default=4,
-                   help="best candidates timed again at the end (0: none)")
+    t.add_argument("--remeasure", type=int,
+                   help="best candidates timed again at the end (0: none; default: tune's, 4)")
     t.set_defaults(fn=cmd_tune)
     s = sub.add_parser("show-log", help="best record per task of a tuning log, as a table")
     s.add_argument("log")

@@ -121,17 +121,16 @@ class EvolutionarySearch:
     def next_batch(self, n: int) -> list[Candidate]:
         """Up to ``n`` distinct candidates never measured before."""
         opt = self.options
-        fresh = self._random(max(opt.population - opt.elites, 1))
-        fresh_keys = {c.key for c in fresh}
-        pop = self._elites() + fresh
+        elites = self._elites()
+        pop = elites + self._random(max(opt.population - opt.elites, 1))
         pool: dict[str, tuple[float, Candidate]] = {}
-        fresh_pool: list[tuple[float, Candidate]] = []
+        fresh_pool: list[tuple[float, Candidate]] = []  # the first population's fresh samples
         for gen in range(opt.generations + 1):
             scores = self.model.predict([MeasureInput(self.task, c.steps, c.sketch, c.params) for c in pop])
-            for c, s in zip(pop, scores):
+            for k, (c, s) in enumerate(zip(pop, scores)):
                 if c.key not in self.measured and np.isfinite(s):
                     pool[c.key] = (float(s), c)
-                    if gen == 0 and c.key in fresh_keys:
+                    if gen == 0 and k >= len(elites):
                         fresh_pool.append((float(s), c))
             if gen == opt.generations:
                 break
