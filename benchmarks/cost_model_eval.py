@@ -42,7 +42,7 @@ def load(path: str) -> tuple[list[MeasureInput], list[MeasureResult]]:
             continue
         seen.add(r.key)
         if task is None:
-            task = SearchTask.from_json({"workload": r.workload, "args": list(r.args), "target": r.target})
+            task = r.task()
         ins.append(MeasureInput(task, r.steps, r.sketch, r.params))
         res.append(r.result())
     return ins, res

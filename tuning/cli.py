@@ -95,8 +95,7 @@ def _group(path: str) -> dict[str, list[Any]]:
 
 def _task_of(rec: Any) -> SearchTask | None:
     try:
-        return SearchTask.from_json({"workload": rec.workload, "args": list(rec.args),
-                                     "target": rec.target})
+        return rec.task()
     except (TuningError, ImportError, TypeError):
         return None
 

@@ -62,6 +62,11 @@ class Record(Timed):
     def key(self) -> str:
         return steps_key(self.steps)
 
+    def task(self) -> SearchTask:
+        """The task this record measured, rebuilt from its workload name, args and target
+        (raises as `SearchTask.from_json` does when the workload cannot be found here)."""
+        return SearchTask.from_json({"workload": self.workload, "args": list(self.args), "target": self.target})
+
     def result(self) -> MeasureResult:
         return MeasureResult(self.costs, self.error, self.error_msg, self.build_s, self.run_s,
                              self.timestamp)

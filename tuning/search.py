@@ -35,7 +35,8 @@ class SearchOptions:
     eps_greedy: float = 0.1
     elites: int = 8  # best measured candidates seeded into each population
     sketch_share: float = 0.25  # of a batch, reserved for sketches the model ranked out
-    fresh_share: float = 0.25  # of a batch, reserved for the model's best fresh samples
+    fresh_share: float = 0.375  # of a batch, reserved for the model's best fresh samples
+    fresh_pool: int = 192  # fresh random samples the model screens per batch (min. first population)
 
 
 class EvolutionarySearch:
@@ -122,7 +123,7 @@ class EvolutionarySearch:
         """Up to ``n`` distinct candidates never measured before."""
         opt = self.options
         elites = self._elites()
-        pop = elites + self._random(max(opt.population - opt.elites, 1))
+        pop = elites + self._random(max(opt.population - opt.elites, opt.fresh_pool, 1))
         pool: dict[str, tuple[float, Candidate]] = {}
         fresh_pool: list[tuple[float, Candidate]] = []  # the first population's fresh samples
         for gen in range(opt.generations + 1):
@@ -163,7 +164,14 @@ class EvolutionarySearch:
         # the model's best fresh samples: exploration the model still guides. The evolved
         # candidates are mostly mutants of the elites, and a model trained on them knows that
         # basin best, so without this share a search can stay in the first basin it found
-        # (conv2d: 1.04 ms for 7 batches while random search found 0.73 ms elsewhere)
+        # (conv2d: 1.04 ms for 7 batches while random search found 0.73 ms elsewhere). The
+        # pool is large (``fresh_pool``) because screening is where a model beats chance: its
+        # top 8 of 128 unseen random samples hold the best of them at 95-100% of its speed on
+        # matmul and softmax (benchmarks/cost_model_eval.py). With 56 samples and at most 2
+        # picks per batch (a trial that shrank the share as the budget was spent), matmul seed
+        # 3 spent 100 trials in one 6.5-7.5 ms basin; with 192 and 3, every seed of matmul
+        # ended within 8% of the best known schedule. The samples are also the evolution's
+        # first population, so its parents are the model's picks of a wider draw.
         for _, c in sorted(fresh_pool, key=lambda t: -t[0]):
             if len(batch) >= n_fresh:
                 break

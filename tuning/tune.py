@@ -501,7 +501,7 @@ def _task_of(rec: Record, path: str) -> SearchTask | None:
     """The task of a warm-start record of another task; None (with a warning) if it cannot
     be rebuilt here."""
     try:
-        return SearchTask.from_json({"workload": rec.workload, "args": list(rec.args), "target": rec.target})
+        return rec.task()
     except Exception as e:  # noqa: BLE001 - a foreign workload may fail in any way; it is only a hint
         warnings.warn(f"warm_start {path}: skipping the records of {rec.workload}{tuple(rec.args)} "
                       f"({type(e).__name__}: {e})", RuntimeWarning, stacklevel=4)

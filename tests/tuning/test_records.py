@@ -46,6 +46,9 @@ def test_append_load_round_trip(tmp_path: Path) -> None:
     assert best_record(str(log), task).steps == BETTER
     other = SearchTask(wl.matmul, (16, 8, 32))
     assert load_records(str(log), other) == []
+    # the record knows its task: the same key, so the log applies to it
+    again = recs[0].task()
+    assert again.workload_key == task.workload_key and again.args == task.args
 
 
 def test_torn_last_line_is_skipped_and_next_append_is_clean(tmp_path: Path) -> None:
