@@ -9,7 +9,7 @@ import tuning_workloads as wl
 import tecomp as tc
 from tuning import SearchTask
 from tuning.features import N_FEATURES, extract_features
-from tuning.space import SearchSpace, factorizations, mutate_tile, sample_tile
+from tuning.space import Candidate, SearchSpace, factorizations, mutate_tile, sample_tile
 from tuning.steps import CacheReadStep, CacheWriteStep, ComputeInlineStep, RfactorStep
 
 
@@ -151,3 +151,31 @@ def test_random_search_measures_fresh_samples_only() -> None:
     second = search.next_batch(8)
     keys = {c.key for c in second}
     assert len(second) == 8 and len(keys) == 8 and not keys & set(expect)
+
+
+def test_evolutionary_batch_holds_one_knob_mutants_of_the_best() -> None:
+    """The eps-greedy share with ``local_prob=1``: random one-knob mutants of the fastest
+    measured candidate (model-free local moves), never measured before."""
+    from tuning import MeasureErrorNo, RandomModel, SearchOptions
+    from tuning.measure import MeasureResult
+    from tuning.search import EvolutionarySearch
+
+    task = SearchTask(wl.matmul, (64, 64, 64))
+    space = SearchSpace(task)
+    opts = SearchOptions(population=16, generations=1, eps_greedy=0.5, local_prob=1.0, fresh_pool=16)
+    search = EvolutionarySearch(task, RandomModel(seed=0), np.random.default_rng(7), opts, space)
+    first = search.next_batch(8)
+    costs = [1e-3 * (i + 2) for i in range(len(first))]
+    costs[3] = 1e-4  # the fastest
+    search.update(first, [MeasureResult((c,), MeasureErrorNo.NO_ERROR) for c in costs])
+    best = first[3]
+    second = search.next_batch(8)
+    keys = {c.key for c in second}
+    assert len(keys) == len(second) == 8 and not keys & {c.key for c in first}
+
+    def one_knob(c: Candidate) -> bool:
+        changed = [k for k, v in c.params if dict(best.params).get(k) != v]
+        return c.sketch == best.sketch and len(changed) <= 1
+
+    # 4 eps-greedy slots, all local; other picks may be mutants too, so at least 4
+    assert sum(one_knob(c) for c in second) >= 4
