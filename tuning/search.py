@@ -117,6 +117,10 @@ class EvolutionarySearch:
                 out.append(c)
         return out
 
+    def _score(self, cands: Sequence[Candidate]) -> np.ndarray:
+        """The model's scores of ``cands`` (-inf for those whose steps do not lower)."""
+        return self.model.predict([MeasureInput(self.task, c.steps, c.sketch, c.params) for c in cands])
+
     def _pick(self, ranked: Sequence[Candidate], weights: np.ndarray) -> Candidate:
         return ranked[int(self.rng.choice(len(ranked), p=weights))]
 
@@ -126,14 +130,14 @@ class EvolutionarySearch:
         elites = self._elites()
         pop = elites + self._random(max(opt.population - opt.elites, opt.fresh_pool, 1))
         pool: dict[str, tuple[float, Candidate]] = {}
-        fresh_pool: list[tuple[float, Candidate]] = []  # the first population's fresh samples
+        fresh_scored: list[tuple[float, Candidate]] = []  # the first population's fresh samples
         for gen in range(opt.generations + 1):
-            scores = self.model.predict([MeasureInput(self.task, c.steps, c.sketch, c.params) for c in pop])
+            scores = self._score(pop)
             for k, (c, s) in enumerate(zip(pop, scores)):
                 if c.key not in self.measured and np.isfinite(s):
                     pool[c.key] = (float(s), c)
                     if gen == 0 and k >= len(elites):
-                        fresh_pool.append((float(s), c))
+                        fresh_scored.append((float(s), c))
             if gen == opt.generations:
                 break
             alive = [(s, c) for s, c in zip(scores, pop) if np.isfinite(s)]
@@ -173,7 +177,7 @@ class EvolutionarySearch:
         # 3 spent 100 trials in one 6.5-7.5 ms basin; with 192 and 3, every seed of matmul
         # ended within 8% of the best known schedule. The samples are also the evolution's
         # first population, so its parents are the model's picks of a wider draw.
-        for _, c in sorted(fresh_pool, key=lambda t: -t[0]):
+        for _, c in sorted(fresh_scored, key=lambda t: -t[0]):
             if len(batch) >= n_fresh:
                 break
             batch[c.key] = c
@@ -209,9 +213,8 @@ class EvolutionarySearch:
                 if m is not None and m.key not in self.measured and m.key not in batch:
                     muts.setdefault(m.key, m)
             local = list(muts.values())
-            if local:  # those that lower (the model gives the others -inf)
-                ok = self.model.predict([MeasureInput(self.task, c.steps, c.sketch, c.params) for c in local])
-                local = [c for c, s in zip(local, ok) if np.isfinite(s)]
+            if local:  # those that lower
+                local = [c for c, s in zip(local, self._score(local)) if np.isfinite(s)]
             for c in local[:n_local]:
                 if len(batch) < n:
                     batch[c.key] = c
@@ -240,9 +243,7 @@ class RandomSearch(EvolutionarySearch):
             fresh = [c for c in self._random(2 * n, tries=8 * n)
                      if c.key not in self.measured and c.key not in batch]
             if fresh:
-                scores = self.model.predict([MeasureInput(self.task, c.steps, c.sketch, c.params)
-                                             for c in fresh])
-                for c, s in zip(fresh, scores):
+                for c, s in zip(fresh, self._score(fresh)):
                     if len(batch) < n and np.isfinite(s):
                         batch.setdefault(c.key, c)
             if len(batch) >= n:
