@@ -43,7 +43,7 @@ def load(path: str) -> tuple[list[MeasureInput], list[MeasureResult]]:
         seen.add(r.key)
         if task is None:
             task = r.task()
-        ins.append(MeasureInput(task, r.steps, r.sketch, r.params))
+        ins.append(MeasureInput.of(task, r))
         res.append(r.result())
     return ins, res
 

@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -51,6 +51,17 @@ class MeasureErrorNo(enum.Enum):
     UNKNOWN_ERROR = 9
 
 
+class HasSteps(Protocol):
+    """What a candidate and a record share: a schedule's steps and where they came from."""
+
+    @property
+    def steps(self) -> Sequence[Step]: ...
+    @property
+    def sketch(self) -> int | None: ...
+    @property
+    def params(self) -> Sequence[tuple[str, Any]]: ...
+
+
 @dataclass(frozen=True)
 class MeasureInput:
     """One candidate to measure (or to score): the task and the steps of its schedule, plus
@@ -60,6 +71,11 @@ class MeasureInput:
     steps: tuple[Step, ...]
     sketch: int | None = None
     params: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, task: SearchTask, c: HasSteps) -> MeasureInput:
+        """The input for a search candidate or a logged record ``c`` of ``task``."""
+        return cls(task, tuple(c.steps), c.sketch, tuple(c.params))
 
     @functools.cached_property
     def key(self) -> str:

@@ -119,7 +119,7 @@ class EvolutionarySearch:
 
     def _score(self, cands: Sequence[Candidate]) -> np.ndarray:
         """The model's scores of ``cands`` (-inf for those whose steps do not lower)."""
-        return self.model.predict([MeasureInput(self.task, c.steps, c.sketch, c.params) for c in cands])
+        return self.model.predict([MeasureInput.of(self.task, c) for c in cands])
 
     def _pick(self, ranked: Sequence[Candidate], weights: np.ndarray) -> Candidate:
         return ranked[int(self.rng.choice(len(ranked), p=weights))]

@@ -307,7 +307,7 @@ class _Tuner:
                     continue
                 seen[r.key] = r.mean
                 run.search.mark_measured(r.key, r.mean, run.candidate(r))
-                inputs.append(MeasureInput(run.task, r.steps, r.sketch, r.params))
+                inputs.append(MeasureInput.of(run.task, r))
                 results.append(r.result())
                 out.errors[r.error.name] = out.errors.get(r.error.name, 0) + 1
             out.trials = len(seen)
@@ -339,7 +339,7 @@ class _Tuner:
                         others[r.task_key] = _task_of(r, p)
                     task = others[r.task_key]
                 if task is not None:
-                    inputs.append(MeasureInput(task, r.steps, r.sketch, r.params))
+                    inputs.append(MeasureInput.of(task, r))
                     results.append(r.result())
         if inputs:
             t0 = time.perf_counter()
@@ -384,7 +384,7 @@ class _Tuner:
             if not batch:
                 self.sched.retire(i)
                 return
-            ins = [MeasureInput(run.task, c.steps, c.sketch, c.params) for c in batch]
+            ins = [MeasureInput.of(run.task, c) for c in batch]
             scores = None
             if self.model.trained:
                 # scored before measuring: the batch is held-out data for this model (the
@@ -421,7 +421,7 @@ class _Tuner:
             if not best or not out.new_trials:  # a resumed run that measured nothing stays put
                 continue
             t_start = time.perf_counter()
-            ins = [MeasureInput(run.task, c.steps, c.sketch, c.params) for c in best]
+            ins = [MeasureInput.of(run.task, c) for c in best]
             res, tb, tr = measure_batch(self.builder, self.runner, ins, log_only)
             out.build_s += tb
             out.run_s += tr
