@@ -5,6 +5,7 @@ Strings keep IR nodes hashable and printable and are what numpy users already wr
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -37,11 +38,14 @@ def canonical(dtype: object) -> str:
     return name
 
 
+# dtypes are a handful of strings asked about millions of times while lowering: parse each once
+@functools.lru_cache(maxsize=256)
 def lanes(dtype: str) -> int:
     m = _VEC.match(dtype)
     return int(m.group(2)) if m else 1
 
 
+@functools.lru_cache(maxsize=256)
 def element(dtype: str) -> str:
     """Scalar element type of a (possibly vector) dtype."""
     m = _VEC.match(dtype)
@@ -70,6 +74,7 @@ def is_bool(dtype: str) -> bool:
     return element(dtype) == "bool"
 
 
+@functools.lru_cache(maxsize=256)
 def bits(dtype: str) -> int:
     e = element(dtype)
     if e == "bool":
