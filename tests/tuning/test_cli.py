@@ -19,9 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_tune_show_export_load(tmp_path, capsys):
     log = tmp_path / "mm.jsonl"
     assert main(["tune", "matmul", "--args", "32", "48", "64", "--trials", "6", "--log", str(log)]) == 0
-    # six candidates, and the best four timed once more at the end (tune's remeasure)
+    # six candidates, and the best four timed once more at the end (tune's remeasure; the
+    # other two too if one overtakes them after their second timing)
     recs = load_records(str(log))
-    assert len({r.key for r in recs}) == 6 and len(recs) == len(log.read_text().splitlines()) == 10
+    assert len({r.key for r in recs}) == 6 and len(recs) == len(log.read_text().splitlines())
+    assert 10 <= len(recs) <= 12
     assert main(["show-log", str(log)]) == 0
     out = capsys.readouterr().out
     assert "matmul(32, 48, 64)" in out and "GFLOP/s" in out and "rank acc" in out
