@@ -215,9 +215,8 @@ class EvolutionarySearch:
             local = list(muts.values())
             if local:  # those that lower
                 local = [c for c, s in zip(local, self._score(local)) if np.isfinite(s)]
-            for c in local[:n_local]:
-                if len(batch) < n:
-                    batch[c.key] = c
+            for c in local[:n_local]:  # n_local <= n - len(batch): they all fit
+                batch[c.key] = c
         for c in self._random(n * 2, tries=n * 8):
             if len(batch) >= n:
                 break
