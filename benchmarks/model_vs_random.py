@@ -39,7 +39,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tune_ops import OPS  # noqa: E402
+from tune_ops import OPS, retime_logs  # noqa: E402
 
 import tuning  # noqa: E402
 from tuning.cost_model import RandomModel  # noqa: E402
@@ -117,43 +117,9 @@ def main() -> None:
     print("JSON " + json.dumps(out))
 
 
-# Builds the best record of every log and times them in turn, ``rounds`` calls each, in this
-# fresh process: arrays aligned as the tuner's runner aligns them, the same inputs for all.
-_SIDE_BY_SIDE = r"""
-import json, statistics, sys
-import numpy as np
-import tecomp as tc
-from tuning.measure import aligned_empty
-from tuning.records import best_record
-from tuning.task import SearchTask
-task = SearchTask.from_json(json.loads(sys.argv[1]))
-rounds, logs = int(sys.argv[2]), json.loads(sys.argv[3])
-kernels = {}
-for arm, log in logs.items():
-    s, params = task.apply_steps(best_record(log, task).steps)
-    kernels[arm] = tc.build(s, params, target=task.target)
-rng = np.random.default_rng(0)
-arrs = []
-for t in task.tensors:
-    a = aligned_empty(tuple(int(d.value) for d in t.shape), t.dtype)
-    a[...] = rng.random(a.shape)
-    arrs.append(a)
-evs = {arm: f.time_evaluator(number=3, repeat=3, min_repeat_ms=20) for arm, f in kernels.items()}
-for ev in evs.values():
-    ev(*arrs)  # warm-up: first-call costs (page faults, lazy binding) out of the timings
-times = {arm: [] for arm in evs}
-for _ in range(rounds):
-    for arm, ev in evs.items():
-        times[arm].append(ev(*arrs).mean)
-print(json.dumps({arm: statistics.median(ts) for arm, ts in times.items()}))
-"""
-
-
 def retime_side_by_side(task: tuning.SearchTask, logs: dict[str, str], rounds: int) -> dict[str, float]:
     """Median seconds per call of each log's best schedule, timed in turn in one fresh process."""
-    out = subprocess.run([sys.executable, "-c", _SIDE_BY_SIDE, json.dumps(task.to_json()), str(rounds),
-                          json.dumps(logs)], check=True, capture_output=True, text=True)
-    return {arm: float(v) for arm, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+    return {arm: t for arm, (_, t) in retime_logs(task, logs, 3, 3, rounds, "median", warmup=True).items()}
 
 
 def _geomean(xs: list[float]) -> float:

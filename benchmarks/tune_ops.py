@@ -89,40 +89,58 @@ OPS = {
     "softmax": Op(workloads.softmax, (4096, 1024), _torch_softmax, 1),
 }
 
-# Re-time the best record of a log in a fresh interpreter, the way the tuner's runner does
+# Re-time the best record of each log in a fresh interpreter, the way the tuner's runner does
 # (64-byte aligned random inputs, time_evaluator with repeats of at least 20 ms, as
 # LocalRunner's min_repeat_ms: a 30 us kernel timed 3 calls at a time measures mostly
-# wake-up noise): prints seconds per call as JSON.
+# wake-up noise). With several logs their bests are timed in turn, call after call, so a burst
+# of load hits them alike. Prints, per log, the claimed and the re-timed seconds per call.
 _RETIME = r"""
-import json, sys
+import json, statistics, sys
 import numpy as np
 import tecomp as tc
-import tuning
 from tuning.measure import aligned_empty
 from tuning.records import best_record
 from tuning.task import SearchTask
-log, task_json, number, repeat = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-task = SearchTask.from_json(task_json)
-rec = best_record(log, task)
-s, params = task.apply_steps(rec.steps)
-f = tc.build(s, params, target=task.target)
+task = SearchTask.from_json(json.loads(sys.argv[1]))
+logs, number, repeat, rounds = json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+reduce, warmup = {"min": min, "median": statistics.median}[sys.argv[6]], sys.argv[7] == "1"
+recs = {name: best_record(log, task) for name, log in logs.items()}
+evs = {}
+for name, rec in recs.items():
+    s, params = task.apply_steps(rec.steps)
+    evs[name] = tc.build(s, params, target=task.target).time_evaluator(number=number, repeat=repeat,
+                                                                         min_repeat_ms=20)
 rng = np.random.default_rng(0)
 arrs = []
-for t in params:
+for t in task.tensors:
     a = aligned_empty(tuple(int(d.value) for d in t.shape), t.dtype)
     a[...] = rng.random(a.shape)
     arrs.append(a)
-ev = f.time_evaluator(number=number, repeat=repeat, min_repeat_ms=20)
-best = min(ev(*arrs).mean for _ in range(3))
-print(json.dumps({"claimed": rec.mean, "retimed": best}))
+if warmup:
+    for ev in evs.values():
+        ev(*arrs)  # first-call costs (page faults, lazy binding) out of the timings
+times = {name: [] for name in evs}
+for _ in range(rounds):
+    for name, ev in evs.items():
+        times[name].append(ev(*arrs).mean)
+print(json.dumps({name: {"claimed": recs[name].mean, "retimed": reduce(ts)} for name, ts in times.items()}))
 """
 
 
-def retime(log: str, task: tuning.SearchTask, number: int, repeat: int) -> tuple[float, float]:
-    out = subprocess.run([sys.executable, "-c", _RETIME, log, json.dumps(task.to_json()), str(number), str(repeat)],
+def retime_logs(task: tuning.SearchTask, logs: dict[str, str], number: int, repeat: int, rounds: int,
+                reduce: str = "min", warmup: bool = False) -> dict[str, tuple[float, float]]:
+    """Per log, (claimed, re-timed) seconds per call of its best record, all timed in turn in
+    one fresh process: ``rounds`` calls each, reduced by ``reduce`` (``"min"`` or ``"median"``)."""
+    out = subprocess.run([sys.executable, "-c", _RETIME, json.dumps(task.to_json()), json.dumps(logs),
+                          str(number), str(repeat), str(rounds), reduce, "1" if warmup else "0"],
                          check=True, capture_output=True, text=True)
     d = json.loads(out.stdout.strip().splitlines()[-1])
-    return float(d["claimed"]), float(d["retimed"])
+    return {name: (float(v["claimed"]), float(v["retimed"])) for name, v in d.items()}
+
+
+def retime(log: str, task: tuning.SearchTask, number: int, repeat: int) -> tuple[float, float]:
+    """(claimed, re-timed) seconds per call of the best record of ``log``: the fastest of 3 calls."""
+    return retime_logs(task, {"best": log}, number, repeat, 3)["best"]
 
 
 def run_op(name: str, op: Op, args: argparse.Namespace) -> dict[str, Any]:
