@@ -7,10 +7,11 @@ thousands of candidates per batch.
 
 Each innermost store gets a fixed-length vector (`STORE_FEATURES`): arithmetic counts by kind
 times executions, loop structure, annotations and their extents, guards, local allocations,
-and for the five heaviest buffers it touches: bytes, unique bytes, cache lines, innermost
-stride, and reuse (count, distance in iterations and bytes). A program's vector concatenates
-its three heaviest stores and a few totals. Counts are ``log2(1 + x)``: the model compares
-orders of magnitude, and trees split the same on any monotone transform.
+for the five heaviest buffers it touches: bytes, unique bytes, cache lines, innermost stride,
+and reuse (count, distance in iterations and bytes), and for each tier of `CAPACITIES` the
+data its loop nest moves into it (`_traffic`). A program's vector concatenates its six
+heaviest stores and a few totals. Counts are ``log2(1 + x)``: the model compares orders of
+magnitude, and trees split the same on any monotone transform.
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ if TYPE_CHECKING:
     from .measure import MeasureInput
 
 N_BUFFERS = 5
-N_STORES = 3
+# Six, not three: softmax has seven stores of about the same weight (the reductions' inits
+# and updates, exp, the division), and with three the vectorization and unrolling of the
+# stages left out were invisible -- 23 of 128 records of a guided run had the features of an
+# earlier, different record.
+N_STORES = 6
 CACHE_LINE = 64
 OPS = ("f_addsub", "f_mul", "f_div", "f_minmax", "f_cmp", "f_math", "select", "int_ops", "cast")
 LOOP = ("log_exec", "n_loops", "inner_extent", "outer_extent")
@@ -64,8 +69,15 @@ PAR = ("par_prod", "n_par", "par_depth", "par_per_core", "outside_par")
 MISC = ("n_guards", "is_update", "alloc_bytes", "n_allocs")
 ACCESS = ("read", "write", "local", "bytes", "unique_bytes", "lines", "stride", "stride0",
           "stride1", "reuse_ct", "reuse_iter", "reuse_bytes")
+# Capacities (bytes) of a register file and the three cache levels, the tiers at which the
+# traffic of a loop nest is estimated. Only their order of magnitude matters (the model
+# compares logs): these are this class of x86 core (32 zmm registers, 48 KiB L1d, 1 MiB L2,
+# 32 MiB shared L3).
+CAPACITIES = (2 << 10, 48 << 10, 1 << 20, 32 << 20)
+TRAFFIC = tuple(f"c{k}.{a}" for k in range(len(CAPACITIES)) for a in ("traffic", "working_set", "fit_depth",
+                                                                         "intensity"))
 STORE_FEATURES: tuple[str, ...] = (OPS + LOOP + VEC + UNROLL + PAR + MISC
-                                   + tuple(f"b{k}.{a}" for k in range(N_BUFFERS) for a in ACCESS))
+                                   + tuple(f"b{k}.{a}" for k in range(N_BUFFERS) for a in ACCESS) + TRAFFIC)
 PROGRAM_FEATURES: tuple[str, ...] = (tuple(f"s{k}.{f}" for k in range(N_STORES) for f in STORE_FEATURES)
                                      + ("n_stores", "log_total_exec", "total_alloc"))
 N_FEATURES = len(PROGRAM_FEATURES)
@@ -262,6 +274,8 @@ class _Extractor(StmtVisitor):
         rows.sort(key=lambda r: -r[3])
         for k in range(N_BUFFERS):
             f += rows[k] if k < len(rows) else [0.0] * len(ACCESS)
+        flops = execs * sum(oc.c[k] for k in OPS if k != "int_ops")
+        f += _traffic(list(acc.values()), loops, loop_vars, flops)
         weight = execs * (1 + sum(oc.c[k] for k in OPS if k != "int_ops"))
         return weight, f
 
@@ -288,6 +302,49 @@ class _Extractor(StmtVisitor):
         return [float(a.read), float(a.write), float(buf.scope != "global"),
                 _l(execs * item * len(a.indices)), _l(unique), _l(lines), _l(inner),
                 float(inner == 0.0), float(inner == 1.0), _l(reuse_ct), _l(reuse_iter), _l(reuse_bytes)]
+
+
+def _traffic(accesses: Sequence[_Access], loops: Sequence[_Loop], loop_vars: set[Var],
+             flops: float) -> list[float]:
+    """Estimated data movement into each tier of `CAPACITIES`.
+
+    The working set inside loop ``k`` is the footprint of every buffer over the loops from
+    ``k`` inwards. For a tier of capacity C, the outermost loop whose working set fits is where
+    the data of that tier is (re)loaded: once per iteration of the loops outside it. So the
+    traffic is (their trip count) x (that working set) -- the quantity every tile factor moves,
+    also the ones above the innermost loop (a reduction split, a middle tile level), which the
+    access features above cannot see: they look at the innermost loop and the whole nest only.
+    Per tier: the traffic, the working set, how deep the fitting loop is, flops per byte moved.
+    """
+    n = len(loops)
+    # per buffer and dimension: the index span over loops[k:], built from the inside out
+    per_buf = []
+    for a in accesses:
+        buf = a.buffer
+        shape = [max(_const(d), 1) for d in buf.shape]
+        coefs = [_affine(i, loop_vars) for i in a.indices[0]]
+        per_buf.append((buf.itemsize, shape, coefs))
+    ws = [0.0] * (n + 1)  # ws[k]: bytes touched by one execution of loops[k:]
+    spans = [[1.0] * len(shape) for _, shape, _ in per_buf]
+    for k in range(n, -1, -1):
+        if k < n:
+            lp = loops[k]
+            for sp, (_, _, coefs) in zip(spans, per_buf):
+                for d, cd in enumerate(coefs):
+                    sp[d] += abs(cd.get(lp.var, 0.0)) * (lp.extent - 1)
+        ws[k] = sum(item * math.prod(min(s_, float(sh)) for s_, sh in zip(sp, shape))
+                    for sp, (item, shape, _) in zip(spans, per_buf))
+    outer = [1.0] * (n + 1)  # trip count of loops[:k]
+    for k in range(1, n + 1):
+        outer[k] = outer[k - 1] * loops[k - 1].extent
+    out: list[float] = []
+    for cap in CAPACITIES:
+        k = n
+        while k > 0 and ws[k - 1] <= cap:
+            k -= 1
+        moved = outer[k] * ws[k]
+        out += [_l(moved), _l(ws[k]), float(n - k), _l(flops / max(moved, 1.0))]
+    return out
 
 
 def program_features(func_body: object) -> np.ndarray:
@@ -377,5 +434,5 @@ class FeatureCache:
         return [self._cache[(tk, key)] for key in keys]
 
 
-__all__ = ["N_FEATURES", "PROGRAM_FEATURES", "STORE_FEATURES", "FeatureCache", "extract_features",
+__all__ = ["CAPACITIES", "N_FEATURES", "PROGRAM_FEATURES", "STORE_FEATURES", "TRAFFIC", "FeatureCache", "extract_features",
            "features_job", "program_features"]
