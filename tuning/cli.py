@@ -93,13 +93,6 @@ def _group(path: str) -> dict[str, list[Any]]:
     return groups
 
 
-def _task_of(rec: Any) -> SearchTask | None:
-    try:
-        return rec.task()
-    except (TuningError, ImportError, TypeError):
-        return None
-
-
 def cmd_show_log(ns: argparse.Namespace) -> int:
     for w in ns.workload or []:
         resolve_workload(w)
@@ -123,7 +116,7 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
             if not r.valid:
                 errs[r.error.name] = errs.get(r.error.name, 0) + 1
         best = min((r.mean for r in valid), default=float("nan"))
-        task = _task_of(r0)
+        task, _ = r0.task_or_why()
         gf = f"{task.flop_ct / best / 1e9:.1f}" if task is not None and valid else "-"
         name = f"{r0.workload.split(':')[-1]}{tuple(r0.args)}"
         acc, topk = (_mean([q[c] for q in quality.get(r0.task_key, [])]) for c in (0, 1))
@@ -159,10 +152,10 @@ def cmd_export(ns: argparse.Namespace) -> int:
     groups = _group(ns.log)
     items, prov = [], {}
     for recs in groups.values():
-        task = _task_of(recs[0])
+        task, why = recs[0].task_or_why()
         if task is None:
-            print(f"skipping {recs[0].workload}{tuple(recs[0].args)}: workload not importable "
-                  "(pass --workload file.py:function)", file=sys.stderr)
+            print(f"skipping {recs[0].workload}{tuple(recs[0].args)}: cannot rebuild its task ({why}; "
+                  "pass --workload file.py:function if it is not importable)", file=sys.stderr)
             continue
         if not any(r.valid for r in recs):
             print(f"skipping {task.name}: no valid record", file=sys.stderr)
@@ -177,7 +170,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
                       "measured_time_s": rec.mean, "workload": task.workload, "args": list(task.args)}
     if not items:
         raise TuningError(f"{ns.log}: no task with a valid record to export")
-    targets = {t.target for t in (_task_of(r[0]) for r in groups.values()) if t is not None}
+    targets = {t.target for t in (r[0].task_or_why()[0] for r in groups.values()) if t is not None}
     if len(targets) > 1:
         raise TuningError(f"{ns.log} mixes targets {sorted(targets)}; export them separately")
     lib = tc.build(items, target=targets.pop())

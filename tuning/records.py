@@ -67,6 +67,16 @@ class Record(Timed):
         (raises as `SearchTask.from_json` does when the workload cannot be found here)."""
         return SearchTask.from_json({"workload": self.workload, "args": list(self.args), "target": self.target})
 
+    def task_or_why(self) -> tuple[SearchTask | None, str]:
+        """`task`, or None and why it cannot be rebuilt here. A workload from another
+        project may fail in any way (not importable, different signature, its own errors);
+        readers of a log that only use it as a hint (warm start, ``show-log``, ``export``)
+        skip it with that reason instead of stopping."""
+        try:
+            return self.task(), ""
+        except Exception as e:  # noqa: BLE001 - see above
+            return None, f"{type(e).__name__}: {e}"
+
     def result(self) -> MeasureResult:
         return MeasureResult(self.costs, self.error, self.error_msg, self.build_s, self.run_s,
                              self.timestamp)

@@ -514,12 +514,11 @@ class _Tuner:
 def _task_of(rec: Record, path: str) -> SearchTask | None:
     """The task of a warm-start record of another task; None (with a warning) if it cannot
     be rebuilt here."""
-    try:
-        return rec.task()
-    except Exception as e:  # noqa: BLE001 - a foreign workload may fail in any way; it is only a hint
-        warnings.warn(f"warm_start {path}: skipping the records of {rec.workload}{tuple(rec.args)} "
-                      f"({type(e).__name__}: {e})", RuntimeWarning, stacklevel=4)
-        return None
+    task, why = rec.task_or_why()
+    if task is None:
+        warnings.warn(f"warm_start {path}: skipping the records of {rec.workload}{tuple(rec.args)} ({why})",
+                      RuntimeWarning, stacklevel=4)
+    return task
 
 
 __all__ = ["TuneResult", "tune", "tune_report"]

@@ -81,3 +81,30 @@ def test_errors_are_clean(tmp_path, capsys):
     assert "unknown workload" in capsys.readouterr().err
     assert main(["show-log", str(tmp_path / "missing.jsonl")]) == 2
     assert main(["export", "--log", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path)]) == 2
+
+
+def test_a_task_that_cannot_be_rebuilt_is_skipped_with_its_reason(tmp_path, capsys):
+    """show-log and export read a log whose other task fails to rebuild here (its workload
+    raises): that task gets no GFLOP/s and is not exported, and the reason is printed."""
+    import json
+
+    log = tmp_path / "mixed.jsonl"
+    assert main(["tune", "matmul", "--args", "16", "16", "16", "--trials", "2", "--remeasure", "0",
+                 "--log", str(log)]) == 0
+    line = json.loads(log.read_text().splitlines()[0])
+    line["task"]["args"] = [-1, 16, 16]  # tecomp rejects the negative dimension
+    line["task"]["key"] = "0" * 24
+    with open(log, "a") as f:
+        f.write(json.dumps(line) + "\n")
+    capsys.readouterr()
+    assert main(["show-log", str(log)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    bad = next(r for r in rows if "matmul(-1, 16, 16)" in r)
+    assert "matmul(16, 16, 16)" in "\n".join(rows) and bad.split()[6] == "-"  # no GFLOP/s
+    assert main(["export", "--log", str(log), "-o", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "skipping" in err and "matmul(-1, 16, 16)" in err.replace("'", "") and "negative" in err
+    lib = tc.runtime.load_module(str(tmp_path / "out" / "kernels.so"))
+    a, b, c = np.ones((16, 16), np.float32), np.ones((16, 16), np.float32), np.zeros((16, 16), np.float32)
+    lib["matmul_16_16_16"](a, b, c)
+    np.testing.assert_allclose(c, a @ b)
