@@ -268,24 +268,23 @@ class _Extractor(StmtVisitor):
                 is_update = True
         f += [float(self.guards), float(is_update), _l(sum(self.allocs)), float(len(self.allocs))]
         loop_vars = {lp.var for lp in loops}
-        rows = []
-        for a in acc.values():
-            rows.append(self._access(a, loops, loop_vars, execs))
+        # per buffer: its shape and the loop coefficients of its (first) index, which both the
+        # access features and the traffic estimate read
+        geo = [(a, [max(_const(d), 1) for d in a.buffer.shape], [_affine(i, loop_vars) for i in a.indices[0]])
+               for a in acc.values()]
+        rows = [self._access(a, shape, coefs, loops, execs) for a, shape, coefs in geo]
         rows.sort(key=lambda r: -r[3])
         for k in range(N_BUFFERS):
             f += rows[k] if k < len(rows) else [0.0] * len(ACCESS)
-        flops = execs * sum(oc.c[k] for k in OPS if k != "int_ops")
-        f += _traffic(list(acc.values()), loops, loop_vars, flops)
-        weight = execs * (1 + sum(oc.c[k] for k in OPS if k != "int_ops"))
-        return weight, f
+        fl_ops = sum(oc.c[k] for k in OPS if k != "int_ops")
+        f += _traffic([(a.buffer.itemsize, shape, coefs) for a, shape, coefs in geo], loops, execs * fl_ops)
+        return execs * (1 + fl_ops), f
 
-    def _access(self, a: _Access, loops: list[_Loop], loop_vars: set[Var], execs: float) -> list[float]:
+    def _access(self, a: _Access, shape: list[int], coefs: list[dict[Var, float]], loops: list[_Loop],
+                execs: float) -> list[float]:
         buf = a.buffer
         item = buf.itemsize
-        shape = [max(_const(d), 1) for d in buf.shape]
         strides = _strides(buf)
-        idx = a.indices[0]
-        coefs = [_affine(i, loop_vars) for i in idx]
         flat = {lp.var: sum(cd.get(lp.var, 0.0) * st for cd, st in zip(coefs, strides)) for lp in loops}
         spans = _footprint(coefs, shape, loops)
         unique = math.prod(spans) * item
@@ -304,7 +303,7 @@ class _Extractor(StmtVisitor):
                 float(inner == 0.0), float(inner == 1.0), _l(reuse_ct), _l(reuse_iter), _l(reuse_bytes)]
 
 
-def _traffic(accesses: Sequence[_Access], loops: Sequence[_Loop], loop_vars: set[Var],
+def _traffic(buffers: Sequence[tuple[int, list[int], list[dict[Var, float]]]], loops: Sequence[_Loop],
              flops: float) -> list[float]:
     """Estimated data movement into each tier of `CAPACITIES`.
 
@@ -315,25 +314,21 @@ def _traffic(accesses: Sequence[_Access], loops: Sequence[_Loop], loop_vars: set
     also the ones above the innermost loop (a reduction split, a middle tile level), which the
     access features above cannot see: they look at the innermost loop and the whole nest only.
     Per tier: the traffic, the working set, how deep the fitting loop is, flops per byte moved.
+    ``buffers``: (item size, shape, index coefficients) of each buffer the store touches.
     """
     n = len(loops)
-    # per buffer and dimension: the index span over loops[k:], built from the inside out
-    per_buf = []
-    for a in accesses:
-        buf = a.buffer
-        shape = [max(_const(d), 1) for d in buf.shape]
-        coefs = [_affine(i, loop_vars) for i in a.indices[0]]
-        per_buf.append((buf.itemsize, shape, coefs))
+    # per buffer and dimension: `_footprint`'s span over loops[k:], grown one loop at a time
+    # from the inside out (calling it for every k would cost a factor of the nest's depth)
     ws = [0.0] * (n + 1)  # ws[k]: bytes touched by one execution of loops[k:]
-    spans = [[1.0] * len(shape) for _, shape, _ in per_buf]
+    spans = [[1.0] * len(shape) for _, shape, _ in buffers]
     for k in range(n, -1, -1):
         if k < n:
             lp = loops[k]
-            for sp, (_, _, coefs) in zip(spans, per_buf):
+            for sp, (_, _, coefs) in zip(spans, buffers):
                 for d, cd in enumerate(coefs):
                     sp[d] += abs(cd.get(lp.var, 0.0)) * (lp.extent - 1)
         ws[k] = sum(item * math.prod(min(s_, float(sh)) for s_, sh in zip(sp, shape))
-                    for sp, (item, shape, _) in zip(spans, per_buf))
+                    for sp, (item, shape, _) in zip(spans, buffers))
     outer = [1.0] * (n + 1)  # trip count of loops[:k]
     for k in range(1, n + 1):
         outer[k] = outer[k - 1] * loops[k - 1].extent
