@@ -151,12 +151,14 @@ def cmd_export(ns: argparse.Namespace) -> int:
         resolve_workload(w)
     groups = _group(ns.log)
     items, prov = [], {}
+    targets = set()  # of every task rebuilt here, exported or not
     for recs in groups.values():
         task, why = recs[0].task_or_why()
         if task is None:
             print(f"skipping {recs[0].workload}{tuple(recs[0].args)}: cannot rebuild its task ({why}; "
                   "pass --workload file.py:function if it is not importable)", file=sys.stderr)
             continue
+        targets.add(task.target)
         if not any(r.valid for r in recs):
             print(f"skipping {task.name}: no valid record", file=sys.stderr)
             continue
@@ -170,7 +172,6 @@ def cmd_export(ns: argparse.Namespace) -> int:
                       "measured_time_s": rec.mean, "workload": task.workload, "args": list(task.args)}
     if not items:
         raise TuningError(f"{ns.log}: no task with a valid record to export")
-    targets = {t.target for t in (r[0].task_or_why()[0] for r in groups.values()) if t is not None}
     if len(targets) > 1:
         raise TuningError(f"{ns.log} mixes targets {sorted(targets)}; export them separately")
     lib = tc.build(items, target=targets.pop())

@@ -9,6 +9,7 @@ import pytest
 
 from tecomp import te
 from tecomp.lowering import lower
+from tuning import workloads
 from tuning.features import CAPACITIES, N_FEATURES, PROGRAM_FEATURES, TRAFFIC, program_features
 
 
@@ -43,11 +44,7 @@ def test_traffic_of_an_elementwise_nest_by_hand() -> None:
 
 def _matmul_blocked(kb: int) -> dict[str, float]:
     """256^3 matmul with a 4x16 register tile; only the reduction's split differs."""
-    n = 256
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    r = te.reduce_axis((0, n), name="r")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    A, B, C = workloads.matmul(256, 256, 256)
     s = te.create_schedule(C.op)
     i, j = s[C].op.axis
     io, jo, ii, ji = s[C].tile(i, j, 4, 16)
