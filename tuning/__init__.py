@@ -20,15 +20,16 @@ measurement so a run can be resumed and its best schedule applied later.
 
 from .cost_model import CostModel, RandomModel, XGBModel
 from .measure import LocalBuilder, LocalRunner, MeasureErrorNo
-from .records import NoValidRecordError, best_record, load_model_quality, load_records
+from .records import NoValidRecordError, apply_best, best_record, load_model_quality, load_records, load_tasks
 from .scheduler import GradientTaskScheduler
 from .search import SearchOptions
 from .task import SearchTask, TuningError, register_workload
 from .template import ConfigEntity, ConfigSpace, template
-from .tune import TuneResult, tune, tune_report
+from .tune import AllCandidatesFailedError, TuneResult, tune, tune_report
 
 __all__ = [
-    "ConfigEntity", "ConfigSpace", "CostModel", "LocalBuilder", "LocalRunner", "MeasureErrorNo", "NoValidRecordError",
-    "GradientTaskScheduler", "RandomModel", "SearchOptions", "SearchTask", "TuneResult", "TuningError", "XGBModel",
-    "best_record", "load_model_quality", "load_records", "register_workload", "template", "tune", "tune_report",
+    "AllCandidatesFailedError", "ConfigEntity", "ConfigSpace", "CostModel", "GradientTaskScheduler",
+    "LocalBuilder", "LocalRunner", "MeasureErrorNo", "NoValidRecordError", "RandomModel", "SearchOptions",
+    "SearchTask", "TuneResult", "TuningError", "XGBModel", "apply_best", "best_record", "load_model_quality",
+    "load_records", "load_tasks", "register_workload", "template", "tune", "tune_report",
 ]

@@ -69,7 +69,8 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     from .tune import tune
 
     func = resolve_workload(ns.workload)
-    task = SearchTask(func, _parse_args(ns.args), target=ns.target)
+    args = _parse_args(ns.args)
+    task = SearchTask(func, args, target=ns.target)
     # options not given on the command line keep tune()'s defaults (one place to change them)
     opts = {k: v for k, v in (("batch_size", ns.batch_size), ("remeasure", ns.remeasure)) if v is not None}
     (res,) = tune([task], trials=ns.trials, log=ns.log, seed=ns.seed, cost_model=ns.cost_model,
@@ -128,7 +129,29 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         if k == 0:
             print("  ".join("-" * w for w in widths))
+    _print_errors(groups)
     return 0
+
+
+def _print_errors(groups: dict[str, list[Any]]) -> None:
+    """Failed measurements by kind, each with how many there were and one example message."""
+    examples: dict[str, tuple[int, str, str]] = {}
+    for recs in groups.values():
+        for r in recs:
+            if r.valid:
+                continue
+            n, task, msg = examples.get(r.error.name, (0, "", ""))
+            if not msg:
+                task = f"{r.workload.split(':')[-1]}{tuple(r.args)}"
+                msg = r.error_msg.strip() or "(no message)"
+            examples[r.error.name] = (n + 1, task, msg)
+    if not examples:
+        return
+    print("\nerrors by kind (one example each):")
+    for kind, (n, task, msg) in sorted(examples.items(), key=lambda kv: -kv[1][0]):
+        lines = msg.splitlines()
+        body = "\n".join("      " + ln for ln in lines[-8:])
+        print(f"  {kind}: {n} record(s); e.g. {task}:\n{body}")
 
 
 def _mean(xs: Sequence[float]) -> str:
@@ -186,7 +209,10 @@ def cmd_export(ns: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import tecomp
+
     p = argparse.ArgumentParser(prog="tecomp", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=f"tecomp {tecomp.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("tune", help="tune a workload on this machine")
     t.add_argument("workload", help="standard workload name or path/to/file.py:function")

@@ -16,6 +16,7 @@ libgomp threads exist is unsafe) and stay alive across batches, so start-up is p
 from __future__ import annotations
 
 import enum
+import faulthandler
 import functools
 import math
 import multiprocessing as mp
@@ -23,9 +24,11 @@ import multiprocessing.connection as mpc
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 import traceback
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -139,6 +142,9 @@ def _worker_main(conn: mpc.Connection, log_path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    # a segfault or abort in a kernel or in LLVM then leaves the Python stack in the log,
+    # which the parent puts in the record's error message
+    faulthandler.enable()
     while True:
         try:
             msg = conn.recv()
@@ -158,6 +164,25 @@ class _Died(Exception):
     pass
 
 
+def _start_without_main(proc: Any) -> None:
+    """Start a spawn-context process that does not import the parent's ``__main__``.
+
+    ``spawn`` normally re-imports the parent's main script (as ``__mp_main__``) in the child so
+    that functions defined there can be unpickled. For a tuning script without an
+    ``if __name__ == "__main__":`` guard that runs the whole script again -- tuning included --
+    inside every worker. Workers never need it (workloads travel as data, templates by value),
+    so the child is shown a main module without a file or spec while it is started, which is
+    what ``multiprocessing`` sees for ``python -c`` and skips.
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        proc.start()
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
 class _Worker:
     """One long-lived worker process; replaced after it dies or is killed at a deadline."""
 
@@ -167,6 +192,7 @@ class _Worker:
         self.conn: mpc.Connection | None = None
         self.starts = 0
         self.memo: set[str] = set()  # per-process state the parent knows about (prepared tasks)
+        self.log_mark = 0  # size of the log when the current job was sent: its output follows
 
     def ensure(self) -> None:
         if self.proc is not None and self.proc.is_alive():
@@ -175,7 +201,7 @@ class _Worker:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=_worker_main, args=(child, self.log_path), daemon=True)
-        self.proc.start()
+        _start_without_main(self.proc)
         child.close()
         self.conn = parent
         self.memo = set()
@@ -184,6 +210,10 @@ class _Worker:
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         self.ensure()
         assert self.conn is not None
+        try:
+            self.log_mark = os.path.getsize(self.log_path)
+        except OSError:
+            self.log_mark = 0
         self.conn.send((fn, args))
 
     def receive(self, timeout: float | None) -> Any:
@@ -200,7 +230,7 @@ class _Worker:
                 self.proc.join(1.0)
                 code = self.proc.exitcode
             self.stop(kill=True)
-            raise _Died(_describe_exit(code, self.log_path)) from None
+            raise _Died(_describe_exit(code, self.log_path, self.log_mark)) from None
 
     def stop(self, kill: bool = False) -> None:
         if self.proc is None:
@@ -219,7 +249,10 @@ class _Worker:
         self.proc, self.conn = None, None
 
 
-def _describe_exit(code: int | None, log_path: str) -> str:
+def _describe_exit(code: int | None, log_path: str, start: int = 0, max_lines: int = 12) -> str:
+    """Why a worker died: the signal or exit code, then the last lines it wrote (from byte
+    ``start`` of its log: the current job's output) -- the Python traceback of an exception
+    that escaped, or faulthandler's stack of a segfault or abort."""
     if code is not None and code < 0:
         try:
             what = signal.Signals(-code).name
@@ -230,10 +263,12 @@ def _describe_exit(code: int | None, log_path: str) -> str:
         msg = f"process exited with code {code}"
     try:
         with open(log_path, "rb") as f:
-            f.seek(max(0, os.path.getsize(log_path) - 400))
-            tail = f.read().decode(errors="replace").strip().splitlines()
-        if tail:
-            msg += f": {tail[-1][:300]}"
+            size = os.path.getsize(log_path)
+            f.seek(max(start, size - 4000))
+            text = f.read().decode(errors="replace")
+        lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()][-max_lines:]
+        if lines:
+            msg += ":\n" + "\n".join(ln[:300] for ln in lines)
     except OSError:
         pass
     return msg

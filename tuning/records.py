@@ -8,7 +8,12 @@ which `load_records` skips with a warning; the next writer starts on a fresh lin
 
 A log may also hold lines of other kinds, marked by a ``"kind"`` field (measurements have
 none): ``"model_quality"`` lines grade the cost model on each batch before it learnt from it
-(`load_model_quality`). Readers of measurements skip them silently.
+(`load_model_quality`), and one ``"task"`` line per task, written before its first record,
+carries the task's computation as data (`tecomp.te.serialize`): with it a log is
+self-sufficient, and `Record.task` rebuilds the task in a process that cannot import the
+function that declared it (a notebook cell, a script, another machine). Logs written before
+task lines existed still load; their tasks are rebuilt by importing the workload by name.
+Readers of measurements skip the other kinds silently.
 
 >>> rec = best_record("matmul.jsonl", task)       # doctest: +SKIP
 >>> s, args = task.apply_steps(rec.steps)          # doctest: +SKIP
@@ -32,6 +37,7 @@ from .task import SearchTask, TuningError
 
 SCHEMA_VERSION = 1
 MODEL_QUALITY = "model_quality"
+TASK = "task"
 
 
 class NoValidRecordError(TuningError, LookupError):
@@ -57,15 +63,28 @@ class Record(Timed):
     timestamp: float = 0.0
     tecomp_version: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    # the log's "task" line for this record's task (its computation as data), if it has one
+    task_line: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> str:
         return steps_key(self.steps)
 
     def task(self) -> SearchTask:
-        """The task this record measured, rebuilt from its workload name, args and target
-        (raises as `SearchTask.from_json` does when the workload cannot be found here)."""
-        return SearchTask.from_json({"workload": self.workload, "args": list(self.args), "target": self.target})
+        """The task this record measured: rebuilt from the computation its log carries, or
+        for older logs and templates by importing its workload by name (raises as
+        `SearchTask.from_json` does when that cannot be found here)."""
+        d = {"workload": self.workload, "args": list(self.args), "target": self.target,
+             "name": self.extra.get("name") or None}
+        line = self.task_line
+        if line is not None and not line.get("template") and line.get("dag") is not None:
+            try:
+                task = SearchTask.from_json(d, dag=line["dag"])
+            except TuningError:
+                task = None  # a DAG this version cannot read: the function may still be here
+            if task is not None and task.workload_key == self.task_key:
+                return task
+        return SearchTask.from_json(d)
 
     def task_or_why(self) -> tuple[SearchTask | None, str]:
         """`task`, or None and why it cannot be rebuilt here. A workload from another
@@ -108,8 +127,22 @@ def record_to_json(inp: MeasureInput, res: MeasureResult) -> dict[str, Any]:
     }
 
 
-def record_from_json(d: dict[str, Any]) -> Record:
-    """Parse one log line; raises ValueError/KeyError on a line this version cannot read."""
+def task_to_json(task: SearchTask) -> dict[str, Any]:
+    """The ``"task"`` line of ``task``: what rebuilds it without its function."""
+    import tecomp
+
+    out: dict[str, Any] = {"v": SCHEMA_VERSION, "kind": TASK, "tecomp": tecomp.__version__,
+                           "task": task.to_json(), "name": task.name}
+    if task.is_template:
+        out["template"] = True  # knob values replay only through the template's own code
+    else:
+        out["dag"] = task.dag_json()
+    return out
+
+
+def record_from_json(d: dict[str, Any], task_line: dict[str, Any] | None = None) -> Record:
+    """Parse one log line (``task_line``: the log's task line for its task, if any); raises
+    ValueError/KeyError on a line this version cannot read."""
     if d.get("v") != SCHEMA_VERSION:
         raise ValueError(f"schema version {d.get('v')!r}, this tecomp reads {SCHEMA_VERSION}")
     t = d["task"]
@@ -121,6 +154,7 @@ def record_from_json(d: dict[str, Any]) -> Record:
         sketch=d.get("sketch"), params=params, build_s=d.get("build_s", 0.0),
         run_s=d.get("run_s", 0.0), timestamp=d.get("time", 0.0),
         tecomp_version=d.get("tecomp", ""), extra={"name": d.get("name", "")},
+        task_line=task_line,
     )
 
 
@@ -131,6 +165,8 @@ class RecordWriter:
         self.path = path
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)
+        # the tasks whose "task" line the log already holds (written once per task)
+        self._tasks = set(_task_lines(path)) if os.path.exists(path) else set()
         self._f: IO[str] = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - closed in close()
         # a torn last line (killed writer) must not swallow the first new record
         self._f.seek(0, os.SEEK_END)
@@ -143,7 +179,14 @@ class RecordWriter:
                 self._f.flush()
 
     def write(self, inp: MeasureInput, res: MeasureResult) -> None:
+        self.write_task(inp.task)
         self._line(record_to_json(inp, res))
+
+    def write_task(self, task: SearchTask) -> None:
+        """The task's ``"task"`` line, unless the log already has it."""
+        if task.workload_key not in self._tasks:
+            self._line(task_to_json(task))
+            self._tasks.add(task.workload_key)
 
     def write_model_quality(self, task: SearchTask, trials: int, pairwise_acc: float,
                             topk_recall: float, k: int, n: int) -> None:
@@ -178,6 +221,10 @@ def _lines(path: str, kind: str | None) -> Iterator[tuple[int, dict[str, Any]]]:
     invalid JSON lines are skipped with a warning."""
     with open(path, encoding="utf-8") as f:
         lines = f.readlines()
+    yield from _parse(path, lines, kind)
+
+
+def _parse(path: str, lines: Sequence[str], kind: str | None) -> Iterator[tuple[int, dict[str, Any]]]:
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -194,12 +241,31 @@ def _lines(path: str, kind: str | None) -> Iterator[tuple[int, dict[str, Any]]]:
         yield n, d
 
 
+def _task_lines(path: str, lines: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The ``"task"`` lines of a log by task key (the first of each key)."""
+    if lines is None:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    out: dict[str, dict[str, Any]] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torn lines are reported once, by the record reader
+        for _, d in _parse(path, lines, TASK):
+            key = (d.get("task") or {}).get("key") if isinstance(d.get("task"), dict) else None
+            if isinstance(key, str) and d.get("v") == SCHEMA_VERSION:
+                out.setdefault(key, d)
+    return out
+
+
 def iter_records(path: str) -> Iterator[Record]:
     """The readable measurement records of ``path``; unreadable lines are skipped with a
     warning, lines of other kinds (``"kind"`` set) silently."""
-    for n, d in _lines(path, None):
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    tasks = _task_lines(path, lines)
+    for n, d in _parse(path, lines, None):
         try:
-            yield record_from_json(d)
+            key = d["task"]["key"] if isinstance(d, dict) and isinstance(d.get("task"), dict) else None
+            yield record_from_json(d, tasks.get(key) if isinstance(key, str) else None)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             warnings.warn(f"{path}:{n}: skipping unreadable record ({type(e).__name__}: {e})",
                           RuntimeWarning, stacklevel=2)
@@ -293,6 +359,56 @@ def summarize(records: Sequence[Record]) -> dict[str, int]:
     return out
 
 
-__all__ = ["MODEL_QUALITY", "ModelQuality", "NoValidRecordError", "Record", "RecordWriter",
-           "SCHEMA_VERSION", "aggregate", "best_record", "iter_records", "load_model_quality", "load_records",
-           "record_from_json", "record_to_json", "summarize"]
+def load_tasks(path: str) -> list[SearchTask]:
+    """The tasks of a log, in the order they first appear, rebuilt from the computation the
+    log carries (or, for older logs and templates, by importing their workloads by name).
+
+    How a later process -- one that cannot import the notebook or script that declared the
+    workloads -- gets tasks to apply: ``for t in load_tasks(log): t.apply_best(log)``.
+    Raises `TuningError` naming the tasks that cannot be rebuilt here.
+    """
+    if not os.path.exists(path):
+        raise TuningError(f"tuning log {path!r} does not exist")
+    first: dict[str, Record] = {}
+    for r in iter_records(path):
+        first.setdefault(r.task_key, r)
+    out, why = [], []
+    for r in first.values():
+        task, reason = r.task_or_why()
+        if task is None:
+            why.append(f"{r.workload}{tuple(r.args)}: {reason}")
+        else:
+            out.append(task)
+    if why:
+        raise TuningError(f"{path}: cannot rebuild {len(why)} task(s) here: " + "; ".join(why))
+    return out
+
+
+def apply_best(log: str, task: SearchTask | str | None = None) -> tuple[Any, list[Any]]:
+    """``(schedule, args)`` of the fastest valid record in ``log``, ready for ``tc.build``.
+
+    ``task`` is a `SearchTask`, a task's name as `tecomp show-log` prints it (e.g.
+    ``"matmul(512, 512, 512)"``), or None when the log holds one task. Works in a process that
+    cannot import the workload: the task is rebuilt from the log (`load_tasks`).
+
+    >>> s, args = tuning.apply_best("matmul.jsonl")              # doctest: +SKIP
+    >>> lib = tc.build(s, args, target="llvm", name="matmul")    # doctest: +SKIP
+    """
+    if isinstance(task, SearchTask):
+        return task.apply_best(log)
+    tasks = load_tasks(log)
+    if task is not None:
+        named = [t for t in tasks if t.name == task]
+        if not named:
+            raise TuningError(f"{log} has no task named {task!r}; it has: "
+                              + ", ".join(repr(t.name) for t in tasks))
+        tasks = named
+    if len(tasks) != 1:
+        raise TuningError(f"{log} holds {len(tasks)} tasks; name one: "
+                          + ", ".join(repr(t.name) for t in tasks))
+    return tasks[0].apply_best(log)
+
+
+__all__ = ["MODEL_QUALITY", "TASK", "ModelQuality", "NoValidRecordError", "Record", "RecordWriter",
+           "SCHEMA_VERSION", "aggregate", "apply_best", "best_record", "iter_records", "load_model_quality",
+           "load_records", "load_tasks", "record_from_json", "record_to_json", "summarize", "task_to_json"]

@@ -16,8 +16,8 @@ that declare the same computation share records, which is what we want.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
-import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,36 +58,46 @@ def is_template(func: Callable[..., Any]) -> bool:
     return bool(getattr(func, TEMPLATE_MARK, False))
 
 
-def require_module_level(func: Callable[..., Any], who: str) -> None:
-    """Raise unless ``func`` is a function that worker processes can import by name."""
+def require_callable(func: Callable[..., Any], who: str) -> None:
+    """Raise unless ``func`` is something `register_workload` / `template` can take."""
     if not callable(func):
         raise TuningError(f"{who} expects a function, got {func!r}")
-    if "<locals>" in func.__qualname__ or "<lambda>" in func.__qualname__:
-        raise TuningError(
-            f"{who}: {func.__qualname__} is not defined at module level; candidates "
-            "are measured in worker processes that import the workload by name, so define it "
-            "at the top level of a module"
-        )
-    main = sys.modules.get("__main__")
-    if getattr(func, "__module__", None) == "__main__" and not getattr(main, "__file__", None):
-        # a notebook cell or a REPL: no file the workers could import it from, and every
-        # candidate would fail to build with only the log telling why
-        raise TuningError(
-            f"{who}: {func.__qualname__} is defined in an interactive session (notebook or REPL); "
-            "candidates are measured in worker processes that import the workload by name, so "
-            "put it in a .py file (in a notebook: %%writefile my_ops.py) and import it from there"
-        )
 
 
 def register_workload(func: Callable[..., Sequence[Tensor]]) -> Callable[..., Sequence[Tensor]]:
     """Declare ``func(*args) -> [tensors]`` as something the tuner may build tasks from.
 
-    The function must live at module level: candidates are built and measured in worker
-    processes, which import it by name. It is returned unchanged.
+    The function may live anywhere: in a package, a script (with or without an
+    ``if __name__ == "__main__":`` guard), a notebook cell, a REPL or ``python -c``.
+    Measurement workers never call it: a `SearchTask` calls it once, here, and ships the
+    resulting compute DAG to them as data (`tecomp.te.serialize`); tuning logs carry the same
+    data, so a log can be applied and exported later by a process that cannot import it.
+    It is returned unchanged.
     """
-    require_module_level(func, "register_workload")
+    require_callable(func, "register_workload")
     _WORKLOADS[workload_name(func)] = func
     return func
+
+
+def check_arguments(func: Callable[..., Any], args: Sequence[Any]) -> None:
+    """Raise `TuningError` naming the workload's parameters when ``args`` do not fit them
+    (instead of the workload's own TypeError, deep in a traceback)."""
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return
+    params = list(sig.parameters.values())
+    if is_template(func) and params:
+        params = params[1:]  # cfg is passed by the tuner
+        sig = sig.replace(parameters=params)
+    try:
+        sig.bind(*args)
+    except TypeError as e:
+        shown = ", ".join(p.name if p.default is p.empty else f"[{p.name}]"
+                         for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+        got = ", ".join(map(repr, args)) or "none"
+        raise TuningError(f"workload {func.__name__} takes the arguments ({shown}); got "
+                          f"{len(args)}: ({got}): {e}") from None
 
 
 def lookup_workload(name: str) -> Callable[..., Sequence[Tensor]]:
@@ -161,25 +171,54 @@ class SearchTask:
         if workload_name(func) not in _WORKLOADS:
             raise TuningError(f"{func.__qualname__} is not a registered workload; decorate it "
                               "with @tuning.register_workload (or @tuning.template)")
+        check_arguments(func, args)
+        self._setup(func, workload_name(func), args, target, name or f"{func.__name__}{tuple(args)!r}")
+        self._init_dag(None)
+
+    @classmethod
+    def from_dag(cls, dag: dict[str, Any], workload: str, args: Sequence[Any] = (),
+                 target: str = "llvm", name: str | None = None) -> SearchTask:
+        """The task of a serialized compute DAG (`tecomp.te.serialize.dag_to_json` of the
+        workload's tensors), without the function that declared it: how measurement workers
+        and readers of a log rebuild a workload they cannot import. ``workload`` is the name
+        the records are filed under ("module:qualname")."""
+        task = cls.__new__(cls)
+        short = workload.split(":")[-1].split(".")[-1]
+        task._setup(None, workload, args, target, name or f"{short}{tuple(args)!r}")
+        task._init_dag(dag)
+        return task
+
+    def _setup(self, func: Callable[..., Any] | None, workload: str, args: Sequence[Any],
+               target: str, name: str) -> None:
         from tecomp.codegen.target import Target
 
         self.func = func
         self.args = tuple(args)
         self.target = str(Target.parse(target))
-        self.workload = workload_name(func)
-        self.name = name or f"{func.__name__}{self.args!r}".replace(",)", ")")
-        self._init_dag()
+        self.workload = workload
+        self.name = name.replace(",)", ")")
 
-    def _init_dag(self) -> None:
-        self.is_template = is_template(self.func)
+    def _init_dag(self, dag: dict[str, Any] | None) -> None:
+        self.is_template = self.func is not None and is_template(self.func)
         self.config_space: ConfigSpace | None = None
-        if self.is_template:
+        if dag is not None:
+            from tecomp.errors import TecompError
+            from tecomp.te.serialize import dag_from_json
+
+            try:
+                tensors = dag_from_json(dag)
+            except TecompError as e:
+                raise TuningError(f"workload {self.workload}: {e}") from None
+            self._dag = dag
+        elif self.is_template:
             from .template import discover
 
+            assert self.func is not None
             # the DAG is what the template returns for its default config; the same call
             # records the knobs it defines
             self.config_space, tensors = discover(self.func, self.args, self.workload)
         else:
+            assert self.func is not None
             tensors = list(self.func(*self.args))
         if not tensors or not all(isinstance(t, Tensor) for t in tensors):
             raise TuningError(f"workload {self.workload} must return a non-empty list of "
@@ -205,16 +244,46 @@ class SearchTask:
         self.workload_key = h.hexdigest()[:24]
         self.flop_ct = float(_flops(self.ops))
 
-    # pickling: worker processes rebuild the DAG from the function (tensors do not travel)
+    def dag_json(self) -> dict[str, Any]:
+        """The task's compute DAG as JSON data (`tecomp.te.serialize`); `from_dag` rebuilds
+        the same task from it."""
+        from tecomp.errors import TecompError
+        from tecomp.te.serialize import dag_to_json
+
+        if self._dag is None:
+            try:
+                self._dag = dag_to_json(self.tensors)
+            except TecompError as e:
+                raise TuningError(f"workload {self.workload} cannot be shipped to measurement "
+                                  f"workers: {e}") from None
+        return self._dag
+
+    _dag: dict[str, Any] | None = None
+
+    # Pickling (to measurement workers): a workload travels as its DAG, never as the function,
+    # so no worker imports the user's module (a script would run again; a notebook cell cannot
+    # be imported). A template's schedule *is* code: its function travels by value
+    # (cloudpickle), which defines it in the worker without importing the user's __main__.
     def __getstate__(self) -> dict[str, Any]:
-        return {"func": self.func, "args": self.args, "target": self.target, "name": self.name}
+        state: dict[str, Any] = {"workload": self.workload, "args": self.args,
+                                 "target": self.target, "name": self.name}
+        if self.is_template:
+            import cloudpickle
+
+            state["template"] = cloudpickle.dumps(self.func)
+        else:
+            state["dag"] = self.dag_json()
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.func, self.args = state["func"], state["args"]
-        self.target, self.name = state["target"], state["name"]
-        self.workload = workload_name(self.func)
-        _WORKLOADS.setdefault(self.workload, self.func)
-        self._init_dag()
+        func = None
+        if "template" in state:
+            import pickle
+
+            func = pickle.loads(state["template"])  # noqa: S301 - our own parent process's bytes
+            _WORKLOADS.setdefault(state["workload"], func)
+        self._setup(func, state["workload"], state["args"], state["target"], state["name"])
+        self._init_dag(state.get("dag"))
 
     def __repr__(self) -> str:
         return f"SearchTask({self.name}, target={self.target!r}, key={self.workload_key})"
@@ -224,10 +293,13 @@ class SearchTask:
                 "key": self.workload_key}
 
     @staticmethod
-    def from_json(d: dict[str, Any]) -> SearchTask:
-        """The task a record was written for (its workload must be importable)."""
-        func = lookup_workload(d["workload"])
+    def from_json(d: dict[str, Any], dag: dict[str, Any] | None = None) -> SearchTask:
+        """The task a record was written for: from ``dag`` (the log's copy of the computation)
+        when given and the task is not a template, else by importing its workload by name."""
         args = tuple(tuple(a) if isinstance(a, list) else a for a in d["args"])
+        if dag is not None:
+            return SearchTask.from_dag(dag, d["workload"], args, d["target"], d.get("name"))
+        func = lookup_workload(d["workload"])
         return SearchTask(func, args, d["target"])
 
     # schedules ------------------------------------------------------------------------------

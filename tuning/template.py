@@ -48,7 +48,7 @@ from tecomp.te.tensor import IterVar, Operation, Tensor
 
 from .space import Candidate, SearchSpace, Sketch, factorizations
 from .steps import Step, TemplateConfigStep, steps_key
-from .task import TEMPLATE_MARK, SearchTask, TuningError, register_workload, require_module_level
+from .task import TEMPLATE_MARK, SearchTask, TuningError, register_workload, require_callable
 
 POLICIES = ("factors", "power2")
 MAX_CHOICES = 1_000_000  # per knob: the choices are enumerated, and kept, in memory
@@ -60,11 +60,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 def template(func: F) -> F:
     """Declare ``func(cfg, *args) -> (schedule, [tensors])`` as a tunable template.
 
-    ``cfg`` offers ``define_split``, ``define_knob`` and ``cfg[name]``. Like
-    `register_workload`, the function must live at module level (workers import it by name);
-    it is returned unchanged, and `SearchTask(func, args)` builds its task.
+    ``cfg`` offers ``define_split``, ``define_knob`` and ``cfg[name]``. It is returned
+    unchanged, and `SearchTask(func, args)` builds its task. Measurement workers run the
+    template (its schedule is code): it travels to them by value, so it may be defined in a
+    script, a notebook cell or a REPL. Its logs hold knob values, not the schedule, so
+    applying or exporting them later needs the template itself (`SearchTask(func, args)`,
+    or ``tecomp export --workload file.py:function``).
     """
-    require_module_level(func, "tuning.template")
+    require_callable(func, "tuning.template")
     setattr(func, TEMPLATE_MARK, True)  # noqa: B010 - the mark's name is a shared constant
     register_workload(func)
     return func
@@ -448,7 +451,7 @@ def apply_config(task: SearchTask, config: Mapping[str, Any]) -> tuple[Schedule,
     it is an invalid candidate or a failure.
     """
     space = task.config_space
-    if space is None:
+    if space is None or task.func is None:
         raise TuningError(f"task {task.name} is not a template; it has no knobs to configure")
     s, tensors = _call(task.func, ConfigEntity(space, config), task.args)
     ref = [(str(t.dtype), [str(d) for d in t.shape]) for t in task.tensors]

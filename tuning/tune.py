@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -47,6 +48,29 @@ from .scheduler import GradientTaskScheduler, check_weights
 from .search import EvolutionarySearch, RandomSearch, SearchOptions
 from .space import Candidate
 from .task import SearchTask, TuningError
+
+
+class AllCandidatesFailedError(TuningError):
+    """Every candidate of a task's first batches failed in the same way: tuning stopped.
+
+    Such a failure is almost never the candidates' fault (a broken install, a workload the
+    compiler cannot lower, a kernel that cannot run here) and would fail the whole budget.
+    The log keeps the failed records; ``error`` and ``message`` are the error kind and one
+    example message.
+    """
+
+    def __init__(self, msg: str, error: str, message: str) -> None:
+        super().__init__(msg)
+        self.error = error
+        self.message = message
+
+
+def _signature(res: MeasureResult) -> tuple[str, str]:
+    """What two failures must share to count as "the same error": the kind and the last line
+    of the message with its numbers blanked (candidates differ in sizes, not in the cause)."""
+    lines = [ln for ln in res.error_msg.strip().splitlines() if ln.strip()]
+    last = re.sub(r"\d+", "#", lines[-1].strip()) if lines else ""
+    return res.error.name, last[:200]
 
 
 @dataclass
@@ -153,8 +177,8 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     """Search schedules for ``tasks``: ``trials`` candidates per task, shared out by need.
 
     ``batch_size`` candidates are measured per round, and the model learns after each: 8
-    rather than 16 gives it twice the rounds (best at 128 trials over random search's, 6
-    seeds x matmul/conv2d/softmax: 1.15x vs 1.12x, at ~15% fewer trials per minute).
+    rather than 16 gives it twice the rounds, which found better schedules for the same
+    trials at a modest cost in trials per minute (docs/benchmark-notes.md).
     ``log`` (JSON lines) receives every measurement and is where a re-run resumes from;
     ``cost_model`` is ``"xgb"``, ``"random"`` (random search: fresh samples of the space,
     no evolution -- the baseline) or a `CostModel` (one model for all tasks, steering the
@@ -170,6 +194,11 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     more rounds, so the winner rests on two timings), and a candidate's cost is the mean of
     all its timings -- the fastest of hundreds of noisy timings is otherwise an optimistic
     claim. Returns one `TuneResult` per task, in order.
+
+    When a task's first two batches (8 candidates at least) all fail with the same error and
+    none of its candidates ever succeeded, the cause is not the candidates (a workload that
+    cannot be compiled or run here): tuning stops with `AllCandidatesFailedError`, which
+    carries that error, instead of spending the budget on it; the log keeps the records.
     """
     if isinstance(tasks, SearchTask):
         tasks = [tasks]
@@ -244,6 +273,8 @@ class _TaskRun:
         self.space = space
         kind = RandomSearch if random_search else EvolutionarySearch
         self.search = kind(task, model, rng, options, space)
+        # failures of this call's candidates while none has succeeded (for the early stop)
+        self.failures: list[MeasureResult] = []
 
     def candidate(self, rec: Record) -> Candidate | None:
         """The search's candidate for a logged record, when the space can re-create it."""
@@ -403,8 +434,26 @@ class _Tuner:
                 self._grade(run, scores, res)
             out.model_s += time.perf_counter() - t0
             self.sched.observe(i, out.best_cost)
+            self._stop_if_hopeless(run)
         finally:
             out.wall_s += time.perf_counter() - t_round
+
+    def _stop_if_hopeless(self, run: _TaskRun) -> None:
+        """Raise `AllCandidatesFailedError` when the task's first two batches (8 candidates at
+        least) all failed with the same error and nothing of it ever succeeded."""
+        fails = run.failures
+        need = max(2 * self.batch_size, 8)
+        if math.isfinite(run.result.best_cost) or len(fails) < need or len(fails) != run.result.new_trials:
+            return
+        sigs = {_signature(r) for r in fails}
+        if len(sigs) != 1:
+            return
+        kind = fails[0].error.name
+        example = fails[0].error_msg.strip()
+        where = f"; the log {self.log} keeps their records" if self.log else ""
+        raise AllCandidatesFailedError(
+            f"tuning {run.task.name} stopped: all {len(fails)} candidates so far failed with {kind}"
+            f"{where}. The first one said:\n{example}", kind, example)
 
     def remeasure(self, k: int) -> None:
         """Time the ``k`` best candidates of every task again and judge each on the mean of
@@ -466,6 +515,8 @@ class _Tuner:
             out.errors[res.error.name] = out.errors.get(res.error.name, 0) + 1
             if res.valid:
                 out.best_cost = min(out.best_cost, res.mean)
+            elif not math.isfinite(out.best_cost):
+                run.failures.append(res)
             self._postfix()
             if self.bar is not None:
                 self.bar.update(1)
@@ -521,4 +572,4 @@ def _task_of(rec: Record, path: str) -> SearchTask | None:
     return task
 
 
-__all__ = ["TuneResult", "tune", "tune_report"]
+__all__ = ["AllCandidatesFailedError", "TuneResult", "tune", "tune_report"]

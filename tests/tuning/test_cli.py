@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -22,7 +23,10 @@ def test_tune_show_export_load(tmp_path, capsys):
     # six candidates, and the best four timed once more at the end (tune's remeasure; the
     # other two too if one overtakes them after their second timing)
     recs = load_records(str(log))
-    assert len({r.key for r in recs}) == 6 and len(recs) == len(log.read_text().splitlines())
+    lines = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert len({r.key for r in recs}) == 6 and len(recs) == sum("kind" not in d for d in lines)
+    # the computation itself, once, before the first record: the log is self-sufficient
+    assert [d["kind"] for d in lines if "kind" in d] == ["task"] and lines[0]["kind"] == "task"
     assert 10 <= len(recs) <= 12
     assert main(["show-log", str(log)]) == 0
     out = capsys.readouterr().out
@@ -91,7 +95,8 @@ def test_a_task_that_cannot_be_rebuilt_is_skipped_with_its_reason(tmp_path, caps
     log = tmp_path / "mixed.jsonl"
     assert main(["tune", "matmul", "--args", "16", "16", "16", "--trials", "2", "--remeasure", "0",
                  "--log", str(log)]) == 0
-    line = json.loads(log.read_text().splitlines()[0])
+    # a measurement of another task, without a task line (as in a log from before task lines)
+    line = next(d for d in map(json.loads, log.read_text().splitlines()) if "kind" not in d)
     line["task"]["args"] = [-1, 16, 16]  # tecomp rejects the negative dimension
     line["task"]["key"] = "0" * 24
     with open(log, "a") as f:

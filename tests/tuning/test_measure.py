@@ -40,6 +40,8 @@ def test_each_fault_gets_its_error_kind(pools: tuple[LocalBuilder, LocalRunner])
                      MeasureErrorNo.WRONG_ANSWER, MeasureErrorNo.SCHEDULE_ERROR,
                      MeasureErrorNo.NO_ERROR]
     assert "SIGSEGV" in results[1].error_msg
+    # the dead worker's last words: faulthandler's report and the Python stack of the call
+    assert "Fatal Python error" in results[1].error_msg and "_run_job" in results[1].error_msg
     assert "max abs error 0.5" in results[3].error_msg
     assert "no leaf axis" in results[4].error_msg
     assert results[0].valid and all(c > 0 for c in results[0].costs)
@@ -77,3 +79,58 @@ def test_tuning_completes_despite_faults(tmp_path: Path, monkeypatch: pytest.Mon
     best = tuning.records.best_record(log, task)  # the faulty ones are never "best"
     assert not any(isinstance(x, (faults.CrashStep, faults.HangStep, faults.WrongStep))
                    for x in best.steps)
+
+
+def test_a_dead_builder_says_why(pools: tuple[LocalBuilder, LocalRunner]) -> None:
+    builder, runner = pools
+    task = tuning.SearchTask(wl.add_one, (1000,))
+    (res,), _, _ = measure_batch(builder, runner, [MeasureInput(task, (faults.ExitStep("B"),))])
+    assert res.error == MeasureErrorNo.BUILD_CRASH
+    assert res.error_msg.startswith("process exited with code 3")
+    assert "ExitStep: the builder gives up here" in res.error_msg
+
+
+def test_tuning_stops_when_every_candidate_fails_the_same_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pools: tuple[LocalBuilder, LocalRunner]) -> None:
+    builder, runner = pools
+    task = tuning.SearchTask(wl.add_one, (1000,))
+    made = iter(range(1, 10_000))
+
+    def next_batch(self: EvolutionarySearch, n: int) -> list[Candidate]:
+        # distinct candidates (different splits), all computing the wrong function
+        out = []
+        for _ in range(n):
+            s = (SplitStep("B", 0, (next(made),)), faults.WrongStep("B"))
+            out.append(Candidate(0, (), s, steps_key(s)))
+        return out
+
+    monkeypatch.setattr(EvolutionarySearch, "next_batch", next_batch)
+    log = str(tmp_path / "wrong.jsonl")
+    with pytest.raises(tuning.AllCandidatesFailedError, match="all 8 candidates so far failed with "
+                                                              "WRONG_ANSWER") as info:
+        tuning.tune([task], trials=64, log=log, batch_size=4, builder=builder, runner=runner,
+                    progress=False)
+    assert info.value.error == "WRONG_ANSWER" and "max abs error 0.5" in info.value.message
+    recs = load_records(log, task)  # the budget was not spent, and nothing measured was lost
+    assert len(recs) == 8 and all(r.error == MeasureErrorNo.WRONG_ANSWER for r in recs)
+
+
+def test_mixed_failures_do_not_stop_tuning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           pools: tuple[LocalBuilder, LocalRunner]) -> None:
+    builder, runner = pools
+    task = tuning.SearchTask(wl.add_one, (1000,))
+    made = iter(range(1, 10_000))
+
+    def next_batch(self: EvolutionarySearch, n: int) -> list[Candidate]:
+        out = []
+        for k in range(n):
+            bad = faults.WrongStep("B") if k % 2 else SplitStep("B", 3, (2,))  # two kinds of error
+            s = (SplitStep("B", 0, (next(made),)), bad)
+            out.append(Candidate(0, (), s, steps_key(s)))
+        return out
+
+    monkeypatch.setattr(EvolutionarySearch, "next_batch", next_batch)
+    log = str(tmp_path / "mixed.jsonl")
+    (res,) = tuning.tune([task], trials=12, log=log, batch_size=4, builder=builder, runner=runner,
+                         progress=False, remeasure=0)
+    assert res.trials == 12 and set(res.errors) == {"WRONG_ANSWER", "SCHEDULE_ERROR"}

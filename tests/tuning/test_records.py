@@ -35,8 +35,13 @@ def test_append_load_round_trip(tmp_path: Path) -> None:
     _write(log, task, [(GOOD, _ok(2e-3))])
     _write(log, task, [(BETTER, _ok(1e-3)), ((), MeasureResult((), MeasureErrorNo.RUN_CRASH, "boom"))])
     lines = log.read_text().splitlines()
-    assert len(lines) == 3
-    first = json.loads(lines[0])
+    # one task line (the computation, for readers that cannot import the workload), written
+    # once even though two writers appended, then one line per measurement
+    assert len(lines) == 4
+    head = json.loads(lines[0])
+    assert head["kind"] == "task" and head["task"]["key"] == task.workload_key
+    assert head["dag"]["format"] == "tecomp-dag"
+    first = json.loads(lines[1])
     assert first["v"] == SCHEMA_VERSION and first["tecomp"] == tc.__version__
     assert first["task"]["key"] == task.workload_key and first["error"] == "NO_ERROR"
     recs = load_records(str(log), task)
@@ -49,6 +54,19 @@ def test_append_load_round_trip(tmp_path: Path) -> None:
     # the record knows its task: the same key, so the log applies to it
     again = recs[0].task()
     assert again.workload_key == task.workload_key and again.args == task.args
+    assert again.func is None  # rebuilt from the log's task line, not by importing matmul
+
+
+def test_old_logs_without_task_lines_rebuild_by_name(tmp_path: Path) -> None:
+    task = SearchTask(wl.matmul, (16, 8, 16))
+    log = tmp_path / "old.jsonl"
+    _write(log, task, [(GOOD, _ok(2e-3)), (BETTER, _ok(1e-3))])
+    log.write_text("".join(ln + "\n" for ln in log.read_text().splitlines() if '"kind":"task"' not in ln))
+    recs = load_records(str(log), task)
+    assert len(recs) == 2 and recs[0].task_line is None
+    again = recs[0].task()
+    assert again.workload_key == task.workload_key and again.func is wl.matmul
+    assert best_record(str(log), task).steps == BETTER
 
 
 def test_torn_last_line_is_skipped_and_next_append_is_clean(tmp_path: Path) -> None:
@@ -103,7 +121,7 @@ def test_model_quality_lines_do_not_disturb_measurements(tmp_path: Path) -> None
         w.write_model_quality(task, 1, 0.75, 0.5, 1, 4)
         w.write(MeasureInput(task, BETTER, 0, ()), _ok(1e-3))
         w.write_model_quality(other, 9, float("nan"), 1.0, 2, 8)
-    assert len(log.read_text().splitlines()) == 4
+    assert len(log.read_text().splitlines()) == 5  # a task line, two records, two grades
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # skipped silently, not as unreadable lines
         assert [r.steps for r in load_records(str(log))] == [GOOD, BETTER]
@@ -112,6 +130,6 @@ def test_model_quality_lines_do_not_disturb_measurements(tmp_path: Path) -> None
         (task.workload_key, 1, 0.75, 0.5, 1, 4)]
     assert np.isnan(qs[1].pairwise_acc) and qs[1].topk_recall == 1.0  # NaN travels as null
     assert [q.trials for q in load_model_quality(str(log), other)] == [9]
-    assert json.loads(log.read_text().splitlines()[1])["kind"] == "model_quality"
+    assert json.loads(log.read_text().splitlines()[2])["kind"] == "model_quality"
     assert best_record(str(log), task).steps == BETTER
     assert load_model_quality(str(tmp_path / "missing.jsonl")) == []

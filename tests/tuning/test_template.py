@@ -14,6 +14,7 @@ import tuning_workloads as wl
 
 import tecomp as tc
 import tuning
+from tecomp import te
 from tuning import ConfigSpace, TuningError
 from tuning.cli import main as cli_main
 from tuning.measure import LocalBuilder, LocalRunner
@@ -102,11 +103,29 @@ def test_template_errors_are_clear() -> None:
     with pytest.raises(TuningError, match="first choice"):
         tuning.SearchTask(tt.bad_default, (16,))
 
-    def local(cfg, n):  # noqa: ANN001, ANN202
-        raise AssertionError
+    with pytest.raises(TuningError, match="expects a function"):
+        tuning.template(3)  # type: ignore[arg-type]
 
-    with pytest.raises(TuningError, match="not defined at module level"):
-        tuning.template(local)
+
+def test_a_local_template_travels_by_value() -> None:
+    """A template's schedule is code: it is pickled by value (a notebook cell's or a script's
+    function cannot be imported by a worker) and rebuilds the same task."""
+    import pickle
+
+    @tuning.template
+    def local(cfg, n):  # noqa: ANN001, ANN202
+        A = te.placeholder((n,), name="A")
+        B = te.compute((n,), lambda i: A[i] * 3, name="B")
+        s = te.create_schedule(B.op)
+        cfg.define_knob("vec", [0, 1])
+        if cfg["vec"].val:
+            s[B].vectorize(s[B].op.axis[0])
+        return s, [A, B]
+
+    task = tuning.SearchTask(local, (32,))
+    again = pickle.loads(pickle.dumps(task))
+    assert again.is_template and again.workload_key == task.workload_key
+    assert again.config_space is not None and len(again.config_space) == 2
 
 
 def test_steps_and_configs_that_do_not_fit() -> None:

@@ -52,3 +52,18 @@ class WrongStep(Step):
 
     def apply(self, state: State) -> None:
         _rewrite(state, self.stage, tc.const(0.5, "float32"))
+
+
+@dataclass(frozen=True)
+class ExitStep(Step):
+    """Kills the process replaying it (the builder), after saying why on stderr."""
+
+    KIND: ClassVar[str] = "test_exit"
+
+    def apply(self, state: State) -> None:
+        import os
+        import sys
+
+        sys.stderr.write("ExitStep: the builder gives up here\n")
+        sys.stderr.flush()
+        os._exit(3)
