@@ -8,7 +8,9 @@ that says what ``FloorMod`` of a negative number or an ``int8`` overflow means:
 * ``FloorDiv``/``FloorMod`` follow Python's ``//``/``%``; ``Div`` on integers truncates toward
   zero (C); division by zero raises ZeroDivisionError;
 * floats are computed with numpy scalars of the expression's dtype, so float32 rounds like
-  float32 and ``1/0`` is ``inf``.
+  float32 and ``1/0`` is ``inf``;
+* float -> int casts truncate toward zero and saturate: out of range gives the dtype's
+  min/max, NaN gives 0 (``llvm.fptosi.sat``; `float_to_int`).
 
 >>> from tecomp.ir import Var
 >>> x = Var("x")
@@ -137,19 +139,28 @@ def compare(op: type[CmpOp], a: Scalar, b: Scalar) -> bool:
     raise TecompError(f"unknown comparison {op.__name__}")
 
 
+def float_to_int(f: float, dtype: str) -> int:
+    """Float ``f`` converted to the integer ``dtype`` the way compiled code does it: truncate
+    toward zero, saturate out-of-range values (and +-inf) to the dtype's min/max, NaN -> 0
+    (LLVM's ``fptosi.sat``/``fptoui.sat``; negative values to an unsigned dtype give 0)."""
+    b = dt.bits(dtype)
+    lo, hi = (0, (1 << b) - 1) if dt.is_uint(dtype) else (-(1 << (b - 1)), (1 << (b - 1)) - 1)
+    if lo - 1 < f < hi + 1:  # Python compares floats with ints exactly
+        return int(f)  # truncates toward zero
+    if f != f:
+        return 0
+    return lo if f < 0 else hi
+
+
 def cast(v: Scalar, dtype: str) -> Scalar:
-    """Convert a scalar to ``dtype``; float to int truncates (out of range is an error, as in C)."""
+    """Convert a scalar to ``dtype``; float -> int truncates and saturates (`float_to_int`),
+    int -> int wraps, anything -> bool is ``!= 0``."""
     if dt.is_bool(dtype):
         return bool(v != 0)
     if dt.is_float(dtype):
         return float(dt.to_numpy(dtype).type(v))
     if isinstance(v, float):
-        if v != v or v in (float("inf"), float("-inf")):
-            raise OverflowError(f"cannot convert {v} to {dtype}")
-        iv = int(v)  # truncates toward zero
-        if wrap_int(iv, dtype) != iv:
-            raise OverflowError(f"{v} does not fit {dtype}")
-        return iv
+        return float_to_int(v, dtype)
     return wrap_int(int(v), dtype)
 
 
@@ -169,7 +180,8 @@ def evaluate(e: Expr, env: Mapping[Var, Scalar]) -> Value:
     if isinstance(e, IntImm):
         return bool(e.value) if dt.is_bool(e.dtype) else e.value
     if isinstance(e, FloatImm):
-        return float(dt.to_numpy(e.dtype).type(e.value))
+        with np.errstate(over="ignore"):  # 1e10 as float16 is inf
+            return float(dt.to_numpy(e.dtype).type(e.value))
     if isinstance(e, Var):
         if e not in env:
             raise TecompError(f"evaluate: no value for variable {e.name}")
@@ -210,4 +222,4 @@ def evaluate(e: Expr, env: Mapping[Var, Scalar]) -> Value:
     raise TecompError(f"evaluate: cannot evaluate {type(e).__name__} ({e})")
 
 
-__all__ = ["binary", "cast", "compare", "evaluate", "trunc_div", "wrap_int"]
+__all__ = ["binary", "cast", "compare", "evaluate", "float_to_int", "trunc_div", "wrap_int"]

@@ -663,7 +663,7 @@ RULES: tuple[Rule, ...] = (
     Rule(And, "c1 && c2 -> c", _fold),
     Rule(Or, "c1 || c2 -> c", _fold),
     Rule(Not, "!c -> c'", _fold),
-    Rule(Cast, "T(c) -> c'  (not for NaN, inf or out of range)", _fold),
+    Rule(Cast, "T(c) -> c'  (float -> int saturates, NaN -> 0)", _fold),
     Rule(BinaryOp, "x(a) op x(b) -> x(a op b)  (x(v) is a broadcast)", _bcast),
     Rule(CmpOp, "x(a) cmp x(b) -> x(a cmp b)", _bcast),
     Rule(And, "x(a) && x(b) -> x(a && b)", _bcast),

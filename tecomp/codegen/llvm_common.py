@@ -127,7 +127,13 @@ def splat(b: ir.IRBuilder, v: ir.Value, lanes: int) -> ir.Value:
 
 
 def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
-    """Convert ``v`` from ``src`` to ``dst`` with numpy's semantics (bool: != 0)."""
+    """Convert ``v`` from ``src`` to ``dst`` (bool: != 0; float -> int saturates, see below).
+
+    Float -> int truncates toward zero and saturates: values above the integer type's range
+    give its max, below it its min (0 for unsigned, so negative floats give 0), NaN gives 0.
+    Plain ``fptosi``/``fptoui`` would be poison out of range, and x86 lowerings of that poison
+    differ between AVX2 and AVX-512, so results would depend on the CPU.
+    """
     sl, dl = dt.lanes(src), dt.lanes(dst)
     if sl == 1 and dl > 1:
         return splat(b, cast(b, v, src, dt.element(dst)), dl)
@@ -141,7 +147,7 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     if dt.is_float(se) and dt.is_float(de):
         return b.fpext(v, ty) if dt.bits(de) > dt.bits(se) else b.fptrunc(v, ty)
     if dt.is_float(se):
-        return b.fptoui(v, ty) if dt.is_uint(de) else b.fptosi(v, ty)
+        return float_to_int_sat(b, v, src, dst)
     unsigned_src = se == "bool" or dt.is_uint(se)
     if dt.is_float(de):
         return b.uitofp(v, ty) if unsigned_src else b.sitofp(v, ty)
@@ -151,6 +157,47 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     if db < sb:
         return b.trunc(v, ty)
     return b.zext(v, ty) if unsigned_src else b.sext(v, ty)
+
+
+def float_to_int_sat(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
+    """Float ``v`` (``src``) to integer ``dst``: truncate toward zero, clamp to ``dst``'s
+    range, NaN -> 0 (the semantics of ``llvm.fpto[su]i.sat``).
+
+    Scalars call the intrinsic (x86: cvttss2si plus two cmovs). LLVM's x86 backend splits
+    the vector intrinsic into one scalar conversion per lane, so vectors get the same result
+    from lane-wise compares and selects around a plain ``fptosi``/``fptoui``: NaN (and, for
+    unsigned, anything below 0) is replaced first, then the float is clamped to the range
+    when its bounds are exact floats (int8/int16 from float32, int32 from float64), else the
+    lanes at or above 2**bits (signed: 2**(bits-1)) take the maximum after the conversion.
+    Either way the conversion itself only ever sees in-range values (or an unselected lane).
+    """
+    se, de = dt.element(src), dt.element(dst)
+    lanes = dt.lanes(src)
+    if se == "float16":  # exact; what LLVM does for half arithmetic without native FP16
+        se = "float32"
+        v = b.fpext(v, llvm_type(dt.with_lanes(se, lanes)))
+    unsigned = dt.is_uint(de)
+    ty = llvm_type(dt.with_lanes(de, lanes))
+    if lanes == 1:
+        base = "fptoui.sat" if unsigned else "fptosi.sat"
+        return call_intrinsic(b, base, [v], ret=ty, overloads=(ty, v.type))
+    bits = dt.bits(de)
+    lo, hi = (0, (1 << bits) - 1) if unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    fdt = dt.with_lanes(se, lanes)
+    zero = const(fdt, 0.0)
+    if unsigned:  # NaN > 0 is false, so one select maps NaN and negatives to 0
+        x = b.select(b.fcmp_ordered(">", v, zero), v, zero)
+    else:
+        x = b.select(b.fcmp_ordered("ord", v, v), v, zero)
+        flo = const(fdt, float(lo))  # a power of two: exact
+        x = b.select(b.fcmp_ordered("<", x, flo), flo, x)
+    if hi < 1 << (24 if se == "float32" else 53):  # hi is an exact float: clamp, then convert
+        fhi = const(fdt, float(hi))
+        x = b.select(b.fcmp_ordered(">", x, fhi), fhi, x)
+        return b.fptoui(x, ty) if unsigned else b.fptosi(x, ty)
+    conv = b.fptoui(x, ty) if unsigned else b.fptosi(x, ty)  # poison only where replaced
+    over = b.fcmp_ordered(">=", x, const(fdt, float(hi + 1)))
+    return b.select(over, const(dt.with_lanes(de, lanes), hi), conv)
 
 
 def to_i64(b: ir.IRBuilder, v: ir.Value, dtype: str) -> ir.Value:
@@ -282,5 +329,6 @@ def emit_math_call(b: ir.IRBuilder, name: str, args: list[ir.Value], arg_dtypes:
 
 __all__ = [
     "I1", "I32", "I64", "I8", "MATH_NAMES", "PTR", "VOID", "call_intrinsic", "cast", "const",
-    "declare", "emit_math_call", "intrinsic", "llvm_type", "mangle", "opaque", "splat", "to_i64",
+    "declare", "emit_math_call", "float_to_int_sat", "intrinsic", "llvm_type", "mangle", "opaque",
+    "splat", "to_i64",
 ]

@@ -19,9 +19,10 @@ Semantics the backends must match:
   * And/Or evaluate both sides (no short-circuit); only Select is lazy. A scalar Select
     evaluates the chosen side; a vector Select evaluates both sides lane-masked: loads and
     integer divisions in lanes the condition does not pick are not performed (they yield 0).
-  * Casts: float->int truncates toward zero; NaN, inf or out-of-range values give numpy's
-    ``astype`` result (LLVM: poison) instead of crashing. Anything->bool is ``!= 0`` (NaN is
-    True). int->float rounds to nearest even once.
+  * Casts: float->int truncates toward zero and saturates: values beyond the int dtype's
+    range (and +-inf) give its min/max, negative values to an unsigned dtype give 0, NaN
+    gives 0 (``llvm.fptosi.sat``/``fptoui.sat``, Rust/WebAssembly semantics). Anything->bool
+    is ``!= 0`` (NaN is True). int->float rounds to nearest even once.
   * ``round`` rounds half to even, like ``np.round`` (codegen uses ``llvm.roundeven``);
     ``nearbyint``/``rint`` are the same. ``fma`` is computed in float64 and rounded once more (exact for float16/32 inputs
     up to a double rounding, approximate for float64).
@@ -179,6 +180,21 @@ def _int_range(dtype: str) -> tuple[int, int]:
         return 0, 2
     info = np.iinfo(dt.to_numpy(dtype))
     return int(info.min), int(info.max) + 1
+
+
+def saturating_float_to_int(x: Any, dtype: Any) -> np.ndarray:
+    """Floats ``x`` (array-like) converted to the numpy integer ``dtype`` with the IR's cast
+    semantics: truncate toward zero, saturate to the dtype's range, NaN -> 0."""
+    npd = np.dtype(dtype)
+    info = np.iinfo(npd)
+    t = np.trunc(np.asarray(x, np.float64))  # exact for float16/32/64 inputs
+    lo, hi = float(info.min), float(info.max) + 1.0  # 0 or -2**(b-1), 2**b or 2**(b-1): exact
+    with np.errstate(invalid="ignore"):
+        ok = (t >= lo) & (t < hi)  # False for NaN
+        out = np.where(ok, t, 0.0).astype(npd)  # in range: exact
+        out[t >= hi] = info.max
+        out[t < lo] = info.min
+    return out
 
 
 def _wrapper(dtype: str) -> Callable[[int], int]:
@@ -624,6 +640,8 @@ class _Compiler:
         if dt.lanes(dst) > 1:
             if dt.is_bool(dst):
                 return lambda env: np.asarray(fv(env)) != 0
+            if dt.is_float(src) and not dt.is_float(dst):
+                return lambda env: saturating_float_to_int(fv(env), npd)
             return lambda env: np.asarray(fv(env)).astype(npd)
         if dt.is_bool(dst):
             return lambda env: bool(fv(env))
@@ -642,11 +660,12 @@ class _Compiler:
         if not dt.is_float(src):
             return lambda env: wrap(int(fv(env)))
         def float_to_int(env: Env) -> int:
-            v = fv(env)
-            f = float(v)
-            if lo - 1 < f < hi:
+            f = float(fv(env))
+            if lo - 1 < f < hi:  # Python compares floats and ints exactly
                 return int(f)  # truncates toward zero
-            return int(np.asarray(v).astype(npd).item())  # nan/inf/out of range: LLVM poison
+            if f != f:
+                return 0  # NaN
+            return lo if f < 0 else hi - 1  # saturates (+-inf too)
         return float_to_int
 
     def _let(self, e: E.Let | S.LetStmt) -> ExprFn:

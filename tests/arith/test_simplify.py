@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
@@ -389,10 +388,25 @@ def test_var_bounds_for_shape_dims() -> None:
 @pytest.mark.parametrize("e", [
     f32 * FloatImm(0.0), f32 + FloatImm(0.0), f32 - f32, FloorDiv(FloatImm(1.0), FloatImm(0.1)),
     Min(FloatImm(float("nan")), FloatImm(1.0)), EQ(f32, f32), Not(f32 < FloatImm(1.0)),
-    Cast("int32", FloatImm(float("inf"))), Cast("int8", FloatImm(1000.0)),
 ])
 def test_float_semantics_are_left_alone(e: Expr) -> None:
     assert simplify(e) is e
+
+
+@pytest.mark.parametrize("src", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("dst,value,want", [
+    ("int32", float("inf"), 2**31 - 1), ("int32", float("-inf"), -(2**31)),
+    ("int32", float("nan"), 0), ("int8", 1000.0, 127), ("int8", -1000.0, -128),
+    ("int8", -128.9, -128), ("int8", 127.9, 127), ("uint8", -0.5, 0), ("uint8", -7.0, 0),
+    ("uint8", 300.0, 255), ("int64", 2.0**63, 2**63 - 1), ("uint64", 2.0**64, 2**64 - 1),
+    ("uint64", float("-inf"), 0), ("int16", -2.5, -2), ("uint32", 2.0**40, 2**32 - 1),
+])
+def test_float_to_int_cast_folds_saturated(src: str, dst: str, value: float, want: int) -> None:
+    """Constant folding gives what compiled code computes at run time: float -> int casts
+    truncate toward zero and saturate, NaN gives 0 (see docs/design.md)."""
+    folded = simplify(Cast(dst, FloatImm(value, src)))  # float16: 2**40 is inf, 127.9 127.875
+    assert isinstance(folded, IntImm) and folded.dtype == dst
+    assert folded.value == want
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
@@ -416,7 +430,7 @@ def test_int_folding_wraps_like_numpy(dtype: str) -> None:
     assert wrap_int(big * 3, dtype) == int(np.array(big, dtype=dtype) * np.array(3, dtype=dtype))
 
 
-# identity and speed ------------------------------------------------------------------------------
+# identity and size -------------------------------------------------------------------------------
 
 
 def test_unchanged_expressions_come_back_identical() -> None:
@@ -427,17 +441,21 @@ def test_unchanged_expressions_come_back_identical() -> None:
     assert s(e) is s(e)
 
 
-def test_many_calls_are_fast() -> None:
+def test_tiled_index_expressions_simplify_to_equivalent_ones() -> None:
+    # the index arithmetic of a tiled loop nest, which lowering simplifies over and over
     ii, jj, kk = Var("ii"), Var("jj"), Var("kk")
     ranges = {ii: (0, 32), jj: (0, 64), kk: (0, 8)}
-    exprs = [((x * 32 + ii) * 1024 + (y * 64 + jj) + k) // 32 % 64 for k in range(50)]
-    exprs += [Min(x * 32 + ii, n + k) < x * 32 + 40 for k in range(50)]
-    start = time.perf_counter()
-    for _ in range(20):
-        for e in exprs:
-            simplify(e, ranges)
-    per_call = (time.perf_counter() - start) / (20 * len(exprs))
-    assert per_call < 5e-3, per_call
+    exprs = [((x * 32 + ii) * 1024 + (y * 64 + jj) + k) // 32 % 64 for k in range(0, 50, 7)]
+    exprs += [Min(x * 32 + ii, n + k) < x * 32 + 40 for k in range(0, 50, 7)]
+    rng = np.random.default_rng(11)
+    for e in exprs:
+        s = simplify(e, ranges)
+        assert same(simplify(e, ranges), s)  # deterministic
+        for _ in range(25):
+            env = {x: int(rng.integers(-40, 40)), y: int(rng.integers(-40, 40)),
+                   n: int(rng.integers(-100, 100)), ii: int(rng.integers(0, 32)),
+                   jj: int(rng.integers(0, 64)), kk: int(rng.integers(0, 8))}
+            assert evaluate(s, env) == evaluate(e, env), (e, s, env)
 
 
 def test_long_sums_do_not_blow_up() -> None:
@@ -445,8 +463,8 @@ def test_long_sums_do_not_blow_up() -> None:
     e: Expr = IntImm(0)
     for k, v in enumerate(vs):
         e = e + v * (k + 1) - v * k  # each v ends with coefficient 1
-    start = time.perf_counter()
     s = simplify(e)
-    assert time.perf_counter() - start < 2.0
+    text = str(s)
+    assert "*" not in text and text.count("+") == 59, text  # the plain sum of the 60 vars
     env = {v: k for k, v in enumerate(vs)}
     assert evaluate(s, env) == sum(range(60))

@@ -559,15 +559,22 @@ def test_debug_bounds_in_parallel_body_and_gather() -> None:
 # assembly and module structure ------------------------------------------------------------
 
 
-def test_sixteen_lane_float_kernel_uses_zmm() -> None:
+def test_sixteen_lane_float_kernel_uses_host_vector_registers() -> None:
+    # one zmm per 16 lanes on an AVX-512 host, two ymm on AVX2, four xmm on SSE; never wider
     A, B = buf("A", (256,)), buf("B", (256,))
     io = Var("io")
     r = Ramp(io * 16, IntImm(1), 16)
     f = build([A, B], loop(io, 16, st(B, r, ld(A, r) * ld(A, r))))
     asm = f.get_source("asm")
-    if Target.host().vector_bits == 512:
-        assert "zmm" in asm
+    regs = {128: "xmm", 256: "ymm", 512: "zmm"}
+    bits = Target.host().vector_bits
+    assert re.search(rf"mulps\s[^\n]*%{regs[bits]}\d", asm), asm  # (v)mulps
+    assert not any(re.search(rf"%{regs[w]}\d", asm) for w in regs if w > bits)
     assert "define" in f.get_source("ll")
+    a = rng.random(256, np.float32)
+    b = np.zeros(256, np.float32)
+    f(a, b)
+    np.testing.assert_array_equal(b, a * a)
 
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -212,8 +211,8 @@ def test_casts() -> None:
                           store(Bo, E.Cast("bool", load(A, i)), i)))
     a = np.array([2.7, -2.7, 0.0, np.nan, np.inf, 3e10], "float32")
     ints, bools = np.zeros(6, "int32"), np.zeros(6, bool)
-    run(PrimFunc("cast", [A, I, Bo], body), a, ints, bools)  # nan/inf do not crash
-    assert ints[:3].tolist() == [2, -2, 0]
+    run(PrimFunc("cast", [A, I, Bo], body), a, ints, bools)
+    assert ints.tolist() == [2, -2, 0, 0, 2**31 - 1, 2**31 - 1]  # truncates; NaN 0; saturates
     assert bools.tolist() == [True, True, False, True, True, True]
     big = 2**24 + 1  # int -> float32 rounds to nearest even
     assert eval_scalar("int32", lambda a, b: E.Cast("int32", E.Cast("float32", a)), big, 0) == 2**24
@@ -391,16 +390,6 @@ def test_max_steps() -> None:
     f = PrimFunc("long", [A], loop(i, 10**9, store(A, i, c(0))))
     with pytest.raises(TecompError, match="max_steps=100"):
         run(f, np.zeros(1, "int32"), max_steps=100)
-
-
-def test_speed_is_reasonable() -> None:
-    n = 64
-    a, b = np.ones((n, n), "float32"), np.ones((n, n), "float32")
-    out = np.zeros((n, n), "float32")
-    t0 = time.perf_counter()
-    run(add_2d(n, n), a, b, out)
-    per_elem = (time.perf_counter() - t0) / (n * n)
-    assert per_elem < 50e-6  # ~8 nodes per element; generous for slow CI machines
 
 
 def test_buffers_sharing_a_data_var() -> None:

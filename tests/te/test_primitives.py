@@ -15,6 +15,7 @@ import pytest
 
 import tecomp as tc
 from tecomp import te
+from tecomp.codegen.target import Target
 from tecomp.runtime import interp
 
 RNG = np.random.default_rng(1234)
@@ -213,16 +214,22 @@ def test_vectorize_whole_axis_odd_extent():
     assert "ramp(" in lowered(s, [A, B])
 
 
-def test_default_host_vector_loop_uses_zmm():
-    # 16 float lanes = one 512-bit register on an AVX-512 host
-    if "avx512f" not in open("/proc/cpuinfo").read():
-        pytest.skip("host has no AVX-512")
+def test_default_host_vector_loop_uses_widest_registers():
+    # 16 float lanes: one zmm register on an AVX-512 host, two ymm on AVX2, four xmm on SSE
     A, B = elementwise_2d(4, 64)
     s = te.create_schedule(B.op)
     jo, ji = s[B].split(s[B].op.axis[1], factor=16)
     s[B].vectorize(ji)
     f = tc.build(s, [A, B])
-    assert "zmm" in f.get_source("asm")
+    asm = f.get_source("asm")
+    regs = {128: "xmm", 256: "ymm", 512: "zmm"}
+    bits = Target.host().vector_bits
+    assert re.search(rf"%{regs[bits]}\d", asm), f"no {regs[bits]} on a {bits}-bit host"
+    assert not any(re.search(rf"%{regs[w]}\d", asm) for w in regs if w > bits)
+    a = rand((4, 64))
+    b = np.empty_like(a)
+    f(a, b)
+    np.testing.assert_allclose(b, a * 3 + 1, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("target,has,lacks", [

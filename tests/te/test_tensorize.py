@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
 
@@ -11,10 +12,21 @@ import pytest
 
 import tecomp as tc
 from tecomp import te
+from tecomp.codegen.llvm_cpu import codegen_cpu
+from tecomp.codegen.llvm_jit import emit_assembly
 from tecomp.codegen.target import Target
 from tecomp.te import intrin_x86
 
 RNG = np.random.default_rng(3)
+_VREG = {128: "xmm", 256: "ymm", 512: "zmm"}
+
+
+def assert_host_vector_registers(asm):
+    """Vector code uses the host's widest registers (ymm on AVX2, zmm on AVX-512), no wider."""
+    bits = Target.host().vector_bits
+    assert re.search(rf"%{_VREG[bits]}\d", asm), f"no {_VREG[bits]} register in the assembly"
+    for wider in (b for b in _VREG if b > bits):
+        assert not re.search(rf"%{_VREG[wider]}\d", asm), f"{_VREG[wider]} on a {bits}-bit host"
 
 
 def _matmul(n, m, k, dtype="float32"):
@@ -41,8 +53,7 @@ def test_gemm_fma_intrinsic(n, m, k, mr, nr, kc):
     c = np.zeros((n, m), "float32")
     f(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
-    if Target.host().vector_bits >= 512:
-        assert "zmm" in f.get_source("asm")
+    assert_host_vector_registers(f.get_source("asm"))
     text = str(tc.lower(s, [A, B, C]))
     assert "kk in range" in text  # the intrinsic's body replaced the inner loops
 
@@ -68,9 +79,7 @@ def test_tensorize_wrong_pattern_raises():
         tc.build(s, [A, B, C])
 
 
-@pytest.mark.skipif("avx512vnni" not in Target.host().feature_set, reason="needs AVX512-VNNI")
-def test_vnni_int8_dot():
-    n, m, k = 8, 32, 64
+def _vnni_dot(n=8, m=32, k=64):
     A = te.placeholder((n, k), "uint8", name="A")
     # kernel packed as [m/16, k/4, 16, 4] so each 16x4 tile is contiguous
     Bp = te.placeholder((m // 16, k // 4, 16, 4), "int8", name="Bp")
@@ -83,7 +92,22 @@ def test_vnni_int8_dot():
     ko, ki = s[C].split(s[C].op.reduce_axis[0], factor=4)
     s[C].reorder(i, jo, ko, ji, ki)
     s[C].tensorize(ji, intrin_x86.dot_u8s8_vnni())
-    f = tc.build(s, [A, Bp, C])
+    return s, [A, Bp, C]
+
+
+def test_vnni_int8_dot_compiles_for_a_vnni_target():
+    # compile only: hosts without AVX512-VNNI still check the instruction selection
+    s, args = _vnni_dot()
+    tgt = Target.parse("llvm -mcpu=cascadelake")
+    asm = emit_assembly(str(codegen_cpu([tc.lower(s, args, name="vnni")], tgt)), tgt)
+    assert "vpdpbusd" in asm and re.search(r"%zmm\d", asm)
+
+
+@pytest.mark.skipif("avx512vnni" not in Target.host().feature_set, reason="needs AVX512-VNNI")
+def test_vnni_int8_dot():
+    n, m, k = 8, 32, 64
+    s, args = _vnni_dot(n, m, k)
+    f = tc.build(s, args)
     assert "vpdpbusd" in f.get_source("asm")
     a = RNG.integers(0, 256, (n, k)).astype("uint8")
     b = RNG.integers(-128, 128, (k, m)).astype("int8")
