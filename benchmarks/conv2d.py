@@ -17,6 +17,9 @@ Schedule (what made the difference, from ~18 GFLOP/s with x vectorized as <56 x 
   registers), cheap next to the 576 FMAs per stored vector of work;
 - the (n, co-block, y) loops are fused and run in parallel.
 
+Printed beside the ratio: both GFLOP/s as fractions of this machine's fp32 FMA peak (of
+``--threads`` cores), measured by benchmarks/peak.py (cached).
+
 Usage: python benchmarks/conv2d.py [--fb 2] [--xt 7] [--inline-pad] [--threads N] [--repeat 5]
 """
 
@@ -32,6 +35,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from peak import fma_counts  # noqa: E402
+from peak import measure as measure_peak  # noqa: E402
 from timing import best_of  # noqa: E402
 
 import tecomp as tc  # noqa: E402
@@ -107,6 +112,7 @@ def main() -> None:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
+    pk = measure_peak(quick=True)
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -133,13 +139,17 @@ def main() -> None:
         time.sleep(0.05)  # let the OpenMP workers go idle between the two
         t_tc = min(t_tc, f.time_evaluator(number=5, repeat=args.repeat)(x, w, o).min)
         time.sleep(0.05)
-    asm = f.get_source("asm")
-    zmm_fma = sum(1 for line in asm.splitlines() if "vfmadd" in line and "zmm" in line)
+    fmas = fma_counts(f.get_source("asm"))
+    ymm = f", {fmas['ymm']} ymm" if fmas["ymm"] else ""
     print(f"fp32 conv2d 1x64x56x56 * 64x64x3x3 pad 1  (build {build_s:.2f} s, "
-          f"{zmm_fma} zmm FMAs in the assembly, register tile {args.fb * 16} co x {args.xt} x)")
-    print(f"  PyTorch (oneDNN): {flops / t_pt / 1e9:8.1f} GFLOP/s  ({t_pt * 1e3:.3f} ms)")
-    print(f"  tecomp:           {flops / t_tc / 1e9:8.1f} GFLOP/s  ({t_tc * 1e3:.3f} ms)")
-    print(f"  ratio tecomp/PyTorch: {t_pt / t_tc:.2f}x")
+          f"{fmas['zmm']} zmm FMAs in the assembly{ymm}, register tile {args.fb * 16} co x {args.xt} x)")
+    g_pt, g_tc = flops / t_pt / 1e9, flops / t_tc / 1e9
+    print(f"  PyTorch (oneDNN): {g_pt:8.1f} GFLOP/s  ({t_pt * 1e3:.3f} ms)")
+    print(f"  tecomp:           {g_tc:8.1f} GFLOP/s  ({t_tc * 1e3:.3f} ms)")
+    threads = args.threads or None
+    print(f"  ratio tecomp/PyTorch: {t_pt / t_tc:.2f}x   "
+          + pk.fractions("compute", {"tecomp": g_tc, "PyTorch": g_pt}, threads))
+    print(pk.line(threads))
 
 
 if __name__ == "__main__":

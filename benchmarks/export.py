@@ -4,7 +4,10 @@ Builds the hand-scheduled GEMM of benchmarks/gemm.py and the row softmax of
 benchmarks/softmax.py into one module, exports it (``.so`` + header + manifest), loads it back
 with ``tc.runtime.load_module`` (ctypes, no LLVM) and times both copies of each kernel with
 ``time_evaluator``, interleaved so machine noise hits both alike. A ratio near 1.00 says the
-library (PIC code, linked by the system linker) is as fast as the JIT's code.
+library (PIC code, linked by the system linker) is as fast as the JIT's code. Each line ends
+with both copies' speed as a fraction of this machine's peak (benchmarks/peak.py, cached): the
+GEMM's GFLOP/s of the fp32 FMA peak, the softmax's effective GB/s (input read once, output
+written once) of the streaming bandwidth.
 
 Usage: python benchmarks/export.py [--n 1024] [--rows 4096] [--cols 1024] [--repeat 5]
 """
@@ -25,6 +28,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
 from gemm import gemm_schedule  # noqa: E402
+from peak import measure as measure_peak  # noqa: E402
 from softmax import numpy_softmax, softmax_schedule  # noqa: E402
 
 import tecomp as tc  # noqa: E402
@@ -39,6 +43,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     n = args.n
+    pk = measure_peak(quick=True)
     s_g, p_g = gemm_schedule(n, n, n)
     s_s, p_s = softmax_schedule(args.rows, args.cols)
     t0 = time.perf_counter()
@@ -86,12 +91,17 @@ def main() -> None:
     for name, label in (("gemm", f"fp32 GEMM {n}x{n}x{n}"),
                         ("softmax", f"row softmax {args.rows}x{args.cols}")):
         tj, tl = best[name, "jit"], best[name, "lib"]
-        extra = (f"  ({flops / tj / 1e9:.1f} / {flops / tl / 1e9:.1f} GFLOP/s)"
-                 if name == "gemm" else "")
+        if name == "gemm":
+            extra = f"  ({flops / tj / 1e9:.1f} / {flops / tl / 1e9:.1f} GFLOP/s)"
+            frac = pk.fractions("compute", {"JIT": flops / tj / 1e9, ".so": flops / tl / 1e9})
+        else:
+            extra, moved = "", 2 * x.nbytes / 1e9
+            frac = pk.fractions("memory", {"JIT": moved / tj, ".so": moved / tl})
         print(f"  {label:28s} JIT {tj * 1e3:8.3f} ms   loaded .so {tl * 1e3:8.3f} ms   "
               f"ratio loaded/JIT: {tl / tj:.3f} (best of each), "
               f"{statistics.median(paired[name]):.3f} (median of {args.rounds} paired rounds)"
-              f"{extra}")
+              f"{extra}   {frac}")
+    print(pk.line())
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ with cache_write (``mr x 64`` accumulators: ``mr`` rows of 4 zmm vectors), the r
 split and partially unrolled, the tile's columns are vectorized (16-lane FMAs on AVX-512) and
 the row blocks run in parallel on all cores.
 
+Printed beside the ratio: both GFLOP/s as fractions of this machine's fp32 FMA peak, measured by
+benchmarks/peak.py (cached), so figures from machines with other vector widths compare.
+
 Usage: python benchmarks/gemm.py [--n 1024] [--repeat 5]
 """
 
@@ -21,6 +24,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from peak import fma_counts  # noqa: E402
+from peak import measure as measure_peak  # noqa: E402
 from timing import best_of  # noqa: E402
 
 import tecomp as tc  # noqa: E402
@@ -58,6 +63,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     n = args.n
+    pk = measure_peak(quick=True)
     t0 = time.perf_counter()
     s, params = gemm_schedule(n, n, n)
     f = tc.build(s, params, target="llvm", name="gemm")
@@ -76,12 +82,15 @@ def main() -> None:
         time.sleep(0.05)  # let OpenMP workers go idle so they do not steal cycles from OpenBLAS
         t_tc = min(t_tc, f.time_evaluator(number=3, repeat=args.repeat)(a, b, c).min)
         time.sleep(0.05)
-    asm = f.get_source("asm")
-    zmm_fma = sum(1 for line in asm.splitlines() if "vfmadd" in line and "zmm" in line)
-    print(f"fp32 GEMM {n}x{n}x{n}  (build {build_s:.2f} s, {zmm_fma} zmm FMAs in the assembly)")
-    print(f"  numpy (OpenBLAS): {flops / t_np / 1e9:8.1f} GFLOP/s  ({t_np * 1e3:.2f} ms)")
-    print(f"  tecomp:           {flops / t_tc / 1e9:8.1f} GFLOP/s  ({t_tc * 1e3:.2f} ms)")
-    print(f"  ratio tecomp/numpy: {t_np / t_tc:.2f}x")
+    fmas = fma_counts(f.get_source("asm"))
+    ymm = f", {fmas['ymm']} ymm" if fmas["ymm"] else ""
+    print(f"fp32 GEMM {n}x{n}x{n}  (build {build_s:.2f} s, {fmas['zmm']} zmm FMAs in the assembly{ymm})")
+    g_np, g_tc = flops / t_np / 1e9, flops / t_tc / 1e9
+    print(f"  numpy (OpenBLAS): {g_np:8.1f} GFLOP/s  ({t_np * 1e3:.2f} ms)")
+    print(f"  tecomp:           {g_tc:8.1f} GFLOP/s  ({t_tc * 1e3:.2f} ms)")
+    print(f"  ratio tecomp/numpy: {t_np / t_tc:.2f}x   "
+          + pk.fractions("compute", {"tecomp": g_tc, "numpy": g_np}))
+    print(pk.line())
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ each, median kept), so a burst of load hits every arm alike; and that is done in
 20-30% on some schedules (a matmul best: 7.45 ms in three processes one minute, 5.0-5.9 ms in
 nine others later). The ratio of those re-timings is printed as well (``--no-retime`` to skip).
 Both figures move by several percent from one run to the next on this shared machine.
+Each best is also printed as a fraction of this machine's peak (benchmarks/peak.py, cached; see
+benchmarks/tune_ops.py for which operators count as memory-bound).
 
     python benchmarks/model_vs_random.py [--ops matmul conv2d softmax] [--trials 128] [--seeds 0 1 2]
                                          [--arms xgb random evo-random]
@@ -39,7 +41,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tune_ops import OPS, retime_logs  # noqa: E402
+from peak import measure as measure_peak  # noqa: E402
+from tune_ops import OPS, of_peak, retime_logs  # noqa: E402
 
 import tuning  # noqa: E402
 from tuning.cost_model import RandomModel  # noqa: E402
@@ -64,6 +67,8 @@ def main() -> None:
     baselines = [a for a in args.arms if a != "xgb"]
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="model-vs-random-")
     os.makedirs(log_dir, exist_ok=True)
+    pk = measure_peak(quick=True)  # before tuning: a fresh measurement must not compete with it
+    print(pk.line(), flush=True)
     ratios: dict[str, dict[str, list[float]]] = {b: {} for b in baselines}
     retimed: dict[str, dict[str, list[float]]] = {b: {} for b in baselines}
     for name in args.ops:
@@ -79,8 +84,9 @@ def main() -> None:
                 res = tuning.tune([task], trials=args.trials, log=log, seed=seed, cost_model=cm,
                                   progress=False)[0]
                 best[model] = res.best_cost
+                frac = f", {of_peak(name, task, res.best_cost, pk)[0]}" if math.isfinite(res.best_cost) else ""
                 print(f"{name} seed {seed} {model:6s}: best {res.best_gflops:7.1f} GFLOP/s "
-                      f"({res.best_cost * 1e3:.3f} ms) after {res.trials} trials, "
+                      f"({res.best_cost * 1e3:.3f} ms{frac}) after {res.trials} trials, "
                       f"{time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f}", flush=True)
             again: dict[str, float] = {}
             if args.retime and all(math.isfinite(c) for c in best.values()):  # a best to build in every arm

@@ -6,6 +6,9 @@ The tuner compiles and calls thousands of kernels, so both matter:
   * build time: lower + passes + LLVM codegen + O3 + JIT of benchmarks/gemm.py's schedule,
     broken down by phase.
 
+Neither is a speed with a peak to be a fraction of; the last line names the machine and its
+measured peaks (benchmarks/peak.py, cached), so figures from different machines can be told apart.
+
 Usage: python benchmarks/overhead.py
 """
 
@@ -81,6 +84,9 @@ def main() -> None:
     bt = build_time()
     parts = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in bt.items() if k != "total")
     print(f"build time, GEMM schedule: median {bt['total']:.3f} s  ({parts})")
+    from peak import measure as measure_peak
+
+    print(measure_peak(quick=True).line())
 
 
 if __name__ == "__main__":

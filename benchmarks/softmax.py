@@ -5,7 +5,11 @@ read from memory once and stays in L1; the row loop runs in parallel. The two re
 (max and sum) are rfactored by 16 so their partial results are vectorized across a zmm
 register, and the exponentials use tecomp's vector exp (LLVM alone would call scalar expf).
 
-Usage: python benchmarks/softmax.py [--rows 4096] [--cols 1024]
+Memory-bound: printed beside the ratio are both effective GB/s (the input read once, the output
+written once) as fractions of this machine's streaming bandwidth, measured by
+benchmarks/peak.py (cached).
+
+Usage: python benchmarks/softmax.py [--rows 4096] [--cols 1024] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from peak import measure as measure_peak  # noqa: E402
 from timing import best_of  # noqa: E402
 
 import tecomp as tc  # noqa: E402
@@ -68,6 +73,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     n, m = args.rows, args.cols
+    pk = measure_peak(quick=True)
     s, params = softmax_schedule(n, m)
     f = tc.build(s, params, target="llvm", name="softmax")
     x = np.random.default_rng(0).standard_normal((n, m)).astype(np.float32)
@@ -84,7 +90,9 @@ def main() -> None:
     print(f"row softmax {n}x{m} fp32")
     print(f"  numpy:  {t_np * 1e3:8.3f} ms  ({gbs / t_np:6.1f} GB/s effective)")
     print(f"  tecomp: {t_tc * 1e3:8.3f} ms  ({gbs / t_tc:6.1f} GB/s effective)")
-    print(f"  ratio tecomp/numpy: {t_np / t_tc:.2f}x")
+    print(f"  ratio tecomp/numpy: {t_np / t_tc:.2f}x   "
+          + pk.fractions("memory", {"tecomp": gbs / t_tc, "numpy": gbs / t_np}))
+    print(pk.line())
 
 
 if __name__ == "__main__":

@@ -3,13 +3,14 @@
 The tuner gets the plain declaration ``C = A @ B`` (`tuning.workloads.matmul`, no hand-made layout stage) and a trial
 budget. Afterwards the best schedule from the log is built in this process and timed against
 numpy (OpenBLAS) in the same run, interleaved, as in benchmarks/gemm.py. Printed: GFLOP/s of
-both, the ratio, the fraction of the 2-core AVX-512 peak (444 GFLOP/s), trials per minute, and
-where the tuning time went (search incl. feature extraction, build, run, model training).
+both, the ratio, the fraction of this machine's fp32 FMA peak (measured by benchmarks/peak.py,
+cached; e.g. ~444 GFLOP/s on a 2-core AVX-512 Zen 5), trials per minute, and where the tuning
+time went (search incl. feature extraction, build, run, model training).
 
 Usage: python benchmarks/tune_gemm.py [--n 1024] [--trials 300] [--log gemm.jsonl] [--cost-model random]
 
 On a machine shared with other jobs, a 1-core comparison is the steadier one:
-OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/tune_gemm.py (peak scales to 1 core).
+OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/tune_gemm.py (the peak is then the measured 1-core one).
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from peak import measure as measure_peak  # noqa: E402
+from peak import threads_used  # noqa: E402
 from timing import best_of  # noqa: E402
 
 import tecomp as tc  # noqa: E402
 import tuning  # noqa: E402
 from tuning import workloads  # noqa: E402
 from tuning.measure import aligned_empty  # noqa: E402
-
-PEAK_GFLOPS_PER_CORE = 222.0  # 2 FMA units x 16 fp32 lanes x 2 flops x ~3.5 GHz (AVX-512)
 
 
 def main() -> None:
@@ -48,6 +49,7 @@ def main() -> None:
     args = ap.parse_args()
     n = args.n
     log = args.log or os.path.join(tempfile.mkdtemp(prefix="tune-gemm-"), "gemm.jsonl")
+    pk = measure_peak(quick=True)  # before tuning: a fresh measurement must not compete with it
     task = tuning.SearchTask(workloads.matmul, (n, n, n), target="llvm")
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -76,8 +78,8 @@ def main() -> None:
         t_tc0 = min(t_tc0, f.time_evaluator(number=3, repeat=args.repeat)(a0, b0, c0).min)
         time.sleep(0.05)
     g_np, g_tc = flops / t_np / 1e9, flops / t_tc / 1e9
-    cores = min(int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or os.cpu_count() or 1, os.cpu_count() or 1)
-    peak = PEAK_GFLOPS_PER_CORE * cores
+    cores = threads_used()
+    peak = pk.fma_for(cores)
     bad = {k: v for k, v in res.errors.items() if k != "NO_ERROR"}
     # timings on a shared machine are only as good as its idleness: say how busy it was
     print(f"\nload average (1 min) before tuning {load_before:.2f}, after timing {os.getloadavg()[0]:.2f} "
@@ -86,11 +88,12 @@ def main() -> None:
           f"({res.trials} in the log {log}), errors {bad or 'none'}")
     print(f"  numpy (OpenBLAS):  {g_np:8.1f} GFLOP/s  ({t_np * 1e3:.2f} ms)")
     print(f"  tecomp (tuned):    {g_tc:8.1f} GFLOP/s  ({t_tc * 1e3:.2f} ms)"
-          f"  [best during tuning {res.best_gflops:.1f} GFLOP/s]")
+          f"  [best during tuning {res.best_gflops:.1f} GFLOP/s, {pk.compute_note(res.best_gflops, cores)}]")
     print(f"    on numpy's own allocation ({a0.ctypes.data % 64}-byte offset from 64): "
           f"{flops / t_tc0 / 1e9:.1f} GFLOP/s ({t_tc0 * 1e3:.2f} ms)")
-    print(f"  ratio tecomp/numpy: {t_np / t_tc:.2f}x   fraction of the {cores}-core AVX-512 peak "
-          f"({peak:.0f} GFLOP/s): {g_tc / peak:.1%} (numpy {g_np / peak:.1%})")
+    print(f"  ratio tecomp/numpy: {t_np / t_tc:.2f}x   fraction of the {cores}-core measured FMA peak "
+          f"({peak:.0f} GFLOP/s, {pk.isa}): {g_tc / peak:.1%} (numpy {g_np / peak:.1%})")
+    print(pk.line(cores))
     if res.new_trials:
         print(f"  tuning: {wall:.0f} s wall")
         print(res.summary())  # trials/minute and time shares, as tune() reports them

@@ -11,16 +11,23 @@ again after each, so a machine that got slower meanwhile shows as PyTorch's drif
     python benchmarks/tune_ops.py matmul --trials 300
 
 Needs PyTorch (``pip install torch==2.13.0``, the CPU build). Operators:
-  matmul     fp32 1024x1024x1024 (also against numpy)
-  conv2d     ResNet layer 1x64x56x56, 64 filters 3x3, pad 1
-  depthwise  1x32x112x112, 3x3, pad 1
-  softmax    rows of 4096x1024
+  matmul     fp32 1024x1024x1024 (also against numpy)                  compute-bound
+  conv2d     ResNet layer 1x64x56x56, 64 filters 3x3, pad 1             compute-bound
+  depthwise  1x32x112x112, 3x3, pad 1                                    memory-bound
+  softmax    rows of 4096x1024                                           memory-bound
+
+Each speed is also printed as a fraction of this machine's peak (benchmarks/peak.py, cached):
+compute-bound operators' GFLOP/s of the fp32 FMA peak, memory-bound ones' effective GB/s
+(every input read once, the output written once: `traffic_bytes`) of the streaming bandwidth.
+Depthwise does 2.25 flops per byte so moved, below every project machine's balance (FMA peak
+over bandwidth, 3 or more): memory-bound.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -34,14 +41,14 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from peak import Peak  # noqa: E402
+from peak import measure as measure_peak  # noqa: E402
 from timing import best_of  # noqa: E402
 
 import tecomp as tc  # noqa: E402
 import tuning  # noqa: E402
 from tuning import workloads  # noqa: E402
 from tuning.measure import aligned_empty  # noqa: E402
-
-PEAK_GFLOPS_PER_CORE = 222.0  # 2 FMA units x 16 fp32 lanes x 2 flops x ~3.5 GHz (AVX-512)
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,7 @@ class Op:
     # numpy inputs -> a function that runs PyTorch's kernel on them (and returns its output)
     torch_fn: Callable[[list[np.ndarray]], Callable[[], Any]]
     n_inputs: int
+    bound: str = "compute"  # or "memory": which peak its speed is a fraction of
 
 
 def _torch_matmul(ins: list[np.ndarray]) -> Callable[[], Any]:
@@ -85,9 +93,28 @@ def _torch_softmax(ins: list[np.ndarray]) -> Callable[[], Any]:
 OPS = {
     "matmul": Op(workloads.matmul, (1024, 1024, 1024), _torch_matmul, 2),
     "conv2d": Op(workloads.conv2d, (1, 64, 56, 56, 64, 3, 3, 1, 1), _torch_conv, 2),
-    "depthwise": Op(workloads.depthwise_conv2d, (1, 32, 112, 112, 3, 3, 1, 1), _torch_depthwise, 2),
-    "softmax": Op(workloads.softmax, (4096, 1024), _torch_softmax, 1),
+    "depthwise": Op(workloads.depthwise_conv2d, (1, 32, 112, 112, 3, 3, 1, 1), _torch_depthwise, 2, "memory"),
+    "softmax": Op(workloads.softmax, (4096, 1024), _torch_softmax, 1, "memory"),
 }
+
+
+def traffic_bytes(task: tuning.SearchTask) -> int:
+    """Bytes a call must move at least: every argument (inputs and output) once."""
+    return sum(math.prod(int(d.value) for d in t.shape) * np.dtype(t.dtype).itemsize  # type: ignore[attr-defined]
+               for t in task.tensors)
+
+
+def of_peak(name: str, task: tuning.SearchTask, seconds: float, pk: Peak) -> tuple[str, dict[str, float]]:
+    """A kernel's speed as a fraction of the machine's peak: ``'16.1% of FMA peak'`` for a
+    compute-bound operator, ``'9.8 GB/s, 74.0% of bandwidth'`` for a memory-bound one; and
+    the figures for the JSON line."""
+    gflops = task.flop_ct / seconds / 1e9
+    gbs = traffic_bytes(task) / seconds / 1e9
+    d = {"gbs": gbs, "frac_fma_peak": pk.compute_fraction(gflops), "frac_bandwidth": pk.memory_fraction(gbs)}
+    if OPS[name].bound == "memory":
+        return f"{gbs:.1f} GB/s, {pk.memory_note(gbs)}", d
+    return pk.compute_note(gflops), d
+
 
 # Re-time the best record of each log in a fresh interpreter, the way the tuner's runner does
 # (64-byte aligned random inputs, time_evaluator with repeats of at least 20 ms, as
@@ -143,7 +170,7 @@ def retime(log: str, task: tuning.SearchTask, number: int, repeat: int) -> tuple
     return retime_logs(task, {"best": log}, number, repeat, 3)["best"]
 
 
-def run_op(name: str, op: Op, args: argparse.Namespace) -> dict[str, Any]:
+def run_op(name: str, op: Op, args: argparse.Namespace, pk: Peak) -> dict[str, Any]:
     log = os.path.join(args.log_dir, f"{name}.jsonl")
     task = tuning.SearchTask(op.workload, op.args, target="llvm")
     load_before = os.getloadavg()[0]
@@ -174,11 +201,16 @@ def run_op(name: str, op: Op, args: argparse.Namespace) -> dict[str, Any]:
                             "tecomp_ms": t_tc * 1e3, "torch_ms": t_torch * 1e3, "ratio": t_torch / t_tc,
                             "gflops": task.flop_ct / t_tc / 1e9, "load_before": load_before,
                             "load_after": os.getloadavg()[0]}
+    line["of_peak"], d = of_peak(name, task, t_tc, pk)
+    line.update(d)
+    line["torch_of_peak"], d_pt = of_peak(name, task, t_torch, pk)
+    line["torch_frac_fma_peak"], line["torch_frac_bandwidth"] = d_pt["frac_fma_peak"], d_pt["frac_bandwidth"]
     if name == "matmul":
         a, b = arrs[0], arrs[1]
         t_np = min(best_of(lambda: a @ b, args.repeat, number=args.number) for _ in range(3))
         line["numpy_ms"] = t_np * 1e3
         line["ratio_numpy"] = t_np / t_tc
+        line["numpy_of_peak"] = of_peak(name, task, t_np, pk)[0]
     if res.new_trials:
         line["tune_wall_s"] = wall
         line["trials_per_min"] = res.new_trials / wall * 60
@@ -216,14 +248,17 @@ def main() -> None:
     args = ap.parse_args()
     os.makedirs(args.log_dir, exist_ok=True)
     cores = os.cpu_count() or 1
+    pk = measure_peak(quick=True)  # before tuning: a fresh measurement must not compete with it
+    print(pk.line())
     for name in args.ops:
-        r = run_op(name, OPS[name], args)
+        r = run_op(name, OPS[name], args, pk)
         print(f"\n{name}{OPS[name].args}: {r['trials']} trials in the log ({r['new_trials']} new)"
               f"  load {r['load_before']:.1f} -> {r['load_after']:.1f} on {cores} cores")
         print(f"  PyTorch {r['torch_ms']:.3f} ms   tecomp {r['tecomp_ms']:.3f} ms ({r['gflops']:.1f} GFLOP/s, "
-              f"{r['gflops'] / (PEAK_GFLOPS_PER_CORE * cores):.1%} of peak)   ratio tecomp/PyTorch {r['ratio']:.2f}x")
+              f"{r['of_peak']})   ratio tecomp/PyTorch {r['ratio']:.2f}x   (PyTorch: {r['torch_of_peak']})")
         if "ratio_numpy" in r:
-            print(f"  numpy {r['numpy_ms']:.3f} ms   ratio tecomp/numpy {r['ratio_numpy']:.2f}x")
+            print(f"  numpy {r['numpy_ms']:.3f} ms   ratio tecomp/numpy {r['ratio_numpy']:.2f}x   "
+                  f"(numpy: {r['numpy_of_peak']})")
         if "tune_wall_s" in r:
             print(f"  tuning {r['tune_wall_s']:.0f} s, {r['trials_per_min']:.1f} trials/min")
         if "retimed_ms" in r:
