@@ -57,14 +57,12 @@ def build(
     ``"llvm"`` for this CPU or ``"llvm -mcpu=... -mattr=..."``; ``debug=True`` bounds-checks
     every access and raises IndexError instead of touching memory out of bounds.
     """
+    from .codegen.backend import backend_for
     from .codegen.target import Target
 
     funcs = _normalize(sch, args, name, debug)
     for f in funcs:
         _check_name(f.name)
     tgt = Target.parse(target)
-    if tgt.kind not in ("llvm", "cpu"):
-        raise TecompError(f"build: target {target!r} is not supported yet (use 'llvm')")
-    from .runtime.module import build_cpu
-
-    return build_cpu(funcs, tgt, debug=debug, name=funcs[0].name)
+    backend = backend_for(tgt)
+    return backend.load(backend.codegen(funcs, tgt, debug=debug, name=funcs[0].name))

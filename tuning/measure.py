@@ -35,6 +35,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tecomp.codegen.backend import Artifact
+
 from .steps import Step, steps_key
 from .task import SearchTask
 
@@ -87,10 +89,10 @@ class MeasureInput:
 
 @dataclass(frozen=True)
 class BuildResult:
-    obj: bytes | None
+    """A compiled candidate (``artifact``, with its machine code) or why there is none."""
+
+    artifact: Artifact | None
     func_name: str
-    specs: tuple[Any, ...] = ()
-    dims: tuple[str, ...] = ()
     error: MeasureErrorNo = MeasureErrorNo.NO_ERROR
     error_msg: str = ""
     time_s: float = 0.0
@@ -297,22 +299,18 @@ def _build_job(task: SearchTask, steps: tuple[Step, ...], name: str) -> BuildRes
         return BuildResult(None, name, error=MeasureErrorNo.SCHEDULE_ERROR,
                            error_msg=f"{type(e).__name__}: {e}"[:2000], time_s=time.perf_counter() - t0)
     try:
-        from tecomp.codegen.llvm_cpu import CodegenCPU
-        from tecomp.codegen.llvm_jit import emit_object
+        from tecomp.codegen.backend import backend_for
         from tecomp.codegen.target import Target
         from tecomp.lowering import lower
-        from tecomp.runtime.args import specs_from_primfunc
 
         func = lower(sch, args, name=name)
         tgt = Target.parse(task.target)
-        cg = CodegenCPU(tgt, debug=False, module_name=name)
-        cg.add_function(func)
-        obj = emit_object(str(cg.module), tgt)
-        specs, dims = specs_from_primfunc(func)
+        backend = backend_for(tgt)
+        art = backend.compile(backend.codegen([func], tgt, name=name))
     except Exception as e:  # noqa: BLE001
         return BuildResult(None, name, error=MeasureErrorNo.BUILD_ERROR,
                            error_msg=f"{type(e).__name__}: {e}"[:2000], time_s=time.perf_counter() - t0)
-    return BuildResult(obj, name, tuple(specs), tuple(dims), time_s=time.perf_counter() - t0)
+    return BuildResult(art, name, time_s=time.perf_counter() - t0)
 
 
 class LocalBuilder:
@@ -479,23 +477,13 @@ def _flush_cache(buf: list[np.ndarray]) -> None:
 
 def _run_job(key: str, build: BuildResult, opts: RunOptions) -> tuple[str, tuple[float, ...], str]:
     """Load, check and time one compiled candidate (runs in the measuring process)."""
-    import llvmlite.binding as llvm
-
-    from tecomp.codegen.llvm_jit import ensure_llvm_initialized, load_compiler_runtime, load_openmp
-    from tecomp.runtime.cpu import function_from_address
+    from tecomp.codegen.backend import backend_for
 
     data = _PREPARED[key]
-    ensure_llvm_initialized()
-    load_compiler_runtime()
-    load_openmp()
+    assert build.artifact is not None
     try:
-        # the code is already compiled: the engine only links the object and resolves symbols
-        tm = llvm.Target.from_default_triple().create_target_machine(reloc="pic", jit=True)
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-        engine.add_object_file(llvm.ObjectFileRef.from_data(build.obj))
-        engine.finalize_object()
-        addr = engine.get_function_address(build.func_name)
-        f = function_from_address(build.func_name, addr, build.specs, build.dims, owner=engine)
+        # the code is compiled already: loading links it
+        f = backend_for(build.artifact.target).load(build.artifact)[build.func_name]
     except Exception as e:  # noqa: BLE001
         return "RUN_ERROR", (), f"cannot load the kernel: {e}"
     arrays: list[np.ndarray] = data["arrays"]
@@ -596,7 +584,7 @@ class LocalRunner:
         return out
 
     def _run_one(self, inp: MeasureInput, b: BuildResult) -> MeasureResult:
-        if b.error != MeasureErrorNo.NO_ERROR or b.obj is None:
+        if b.error != MeasureErrorNo.NO_ERROR or b.artifact is None:
             return MeasureResult((), b.error, b.error_msg, build_s=b.time_s)
         problem = self._prepare(inp.task)
         if problem is not None:

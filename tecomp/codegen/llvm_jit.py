@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import re
 import threading
 
 import llvmlite.binding as llvm
@@ -136,9 +137,15 @@ def parse_and_optimize(ir_text: str, target: Target, opt_level: int = 3) -> llvm
 
 
 class JITModule:
-    """MCJIT-compiled machine code plus what is needed to show its source on demand."""
+    """MCJIT-compiled machine code plus what is needed to show its source on demand.
 
-    def __init__(self, ir_text: str, target: Target, uses_openmp: bool = False) -> None:
+    Built from the IR text (optimised here), or, when ``obj`` is given, by linking that object
+    code (compiled for ``target`` elsewhere, e.g. in a tuner's builder process): the IR text
+    then only serves `get_source`. Object code is used only when it can run here unchanged.
+    """
+
+    def __init__(self, ir_text: str, target: Target, uses_openmp: bool = False,
+                 obj: bytes | None = None) -> None:
         if not target.is_host:
             raise TecompError(
                 f"cannot run code for target '{target}' in this process (host triple is "
@@ -156,9 +163,15 @@ class JITModule:
         self.ir_text = ir_text
         self.target = target
         self._run_target = _runnable(target)
-        mod = parse_and_optimize(ir_text, self._run_target)
-        _check_symbols(mod)
-        self._engine = llvm.create_mcjit_compiler(mod, _create_tm(self._run_target, jit=True))
+        if obj is not None and self._run_target == target:
+            _check_declared(ir_text)
+            # the code is compiled: the engine only links the object and resolves symbols
+            self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _create_tm(target, jit=True))
+            self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        else:
+            mod = parse_and_optimize(ir_text, self._run_target)
+            _check_symbols(mod)
+            self._engine = llvm.create_mcjit_compiler(mod, _create_tm(self._run_target, jit=True))
         self._engine.finalize_object()
 
     def function_address(self, name: str) -> int:
@@ -216,6 +229,27 @@ def _check_symbols(mod: llvm.ModuleRef) -> None:
             load_openmp()
         if not llvm.address_of_symbol(fn.name):
             missing.append(fn.name)
+    if missing:
+        raise TecompError(
+            f"extern function(s) {', '.join(sorted(missing))} not found in this process; load "
+            "the library that defines them first (e.g. ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL))"
+        )
+
+
+_DECLARE = re.compile(r"^declare [^@\n]*@\"?([-\w.$]+)\"?\(", re.M)
+
+
+def _check_declared(ir_text: str) -> None:
+    """`_check_symbols` for code loaded as an object: the same check, on the IR's
+    ``declare`` lines (no need to parse the module again)."""
+    missing = []
+    for name in _DECLARE.findall(ir_text):
+        if name.startswith("llvm."):
+            continue
+        if name.startswith(("omp_", "GOMP_")):
+            load_openmp()
+        if not llvm.address_of_symbol(name):
+            missing.append(name)
     if missing:
         raise TecompError(
             f"extern function(s) {', '.join(sorted(missing))} not found in this process; load "

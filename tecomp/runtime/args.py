@@ -287,6 +287,23 @@ class _Written(StmtVisitor):
         super().visit_Call(e)
 
 
+@dataclass(frozen=True)
+class KernelSpec:
+    """One compiled kernel as its callers see it: its C signature is ``params`` then ``dims``
+    (int64 extents of the symbolic dims); ``check_overlap`` says whether calls must reject
+    outputs that overlap other arguments (the kernel promised LLVM they do not)."""
+
+    name: str
+    params: tuple[ParamSpec, ...]
+    dims: tuple[str, ...]
+    check_overlap: bool = True
+
+    @staticmethod
+    def of(func: S.PrimFunc) -> KernelSpec:
+        specs, dims = specs_from_primfunc(func)
+        return KernelSpec(func.name, tuple(specs), tuple(dims), bool(func.attrs.get("noalias", True)))
+
+
 def specs_from_primfunc(func: S.PrimFunc) -> tuple[list[ParamSpec], list[str]]:
     """Parameter specs and dim names of a PrimFunc.
 
@@ -317,4 +334,4 @@ def specs_from_primfunc(func: S.PrimFunc) -> tuple[list[ParamSpec], list[str]]:
     return specs, [names[v] for v in func.dim_vars]
 
 
-__all__ = ["ArgChecker", "ParamSpec", "specs_from_primfunc"]
+__all__ = ["ArgChecker", "KernelSpec", "ParamSpec", "specs_from_primfunc"]

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codegen.target import Target
 from ..errors import TecompError
-from .args import ParamSpec, specs_from_primfunc
+from .args import KernelSpec
 from .loader import CPU_FLAGS, SCHEMA, SCHEMA_VERSION, library_files, machine_arch, triple_arch
 
 if TYPE_CHECKING:
@@ -54,30 +54,16 @@ class LibraryFiles:
     manifest: Path
 
 
-@dataclass(frozen=True)
-class KernelSpec:
-    """What the files say about one kernel: its C signature is ``params`` then ``dims``."""
-
-    name: str
-    params: tuple[ParamSpec, ...]
-    dims: tuple[str, ...]
-    check_overlap: bool = True
-
-
 def export_module(mod: Module, path: str | os.PathLike[str],
                   provenance: Mapping[str, Any] | None = None,
                   kernel_provenance: Mapping[str, Mapping[str, Any]] | None = None,
                   linker: str | None = None, libs: Sequence[str] = ()) -> LibraryFiles:
     """Export a built `Module` (see `write_library` for the arguments)."""
-    kernels = []
-    for name in mod.function_names:
-        c = mod[name].checker
-        kernels.append(KernelSpec(name, c.params, c.dim_names, c.check_overlap))
-    return write_library(
-        mod.get_source("ll-unopt"), mod.target, kernels, path, debug=mod.debug,
-        uses_openmp=mod.uses_openmp, oob_record=mod.oob_record_name,
-        debug_buffers=mod.debug_buffers, provenance=provenance,
-        kernel_provenance=kernel_provenance, linker=linker, libs=libs)
+    from ..codegen.backend import backend_for
+
+    return backend_for(mod.target).export(mod.artifact, path, provenance=provenance,
+                                          kernel_provenance=kernel_provenance, linker=linker,
+                                          libs=libs)
 
 
 def build_library(sch: Any, args: Sequence[Any] | None = None, *, path: str | os.PathLike[str],
@@ -89,22 +75,14 @@ def build_library(sch: Any, args: Sequence[Any] | None = None, *, path: str | os
     ``export`` takes `write_library`'s keyword arguments.
     """
     from ..build_module import _check_name, _normalize
-    from ..codegen.llvm_cpu import CodegenCPU
+    from ..codegen.backend import backend_for
 
     funcs = _normalize(sch, args, name)
     for f in funcs:
         _check_name(f.name)
     tgt = Target.parse(target)
-    cg = CodegenCPU(tgt, debug=debug, module_name=funcs[0].name)
-    kernels = []
-    for f in funcs:
-        cg.add_function(f)
-        specs, dims = specs_from_primfunc(f)
-        kernels.append(KernelSpec(f.name, tuple(specs), tuple(dims), f.attrs.get("noalias", True)))
-    rec = cg.oob_record_name if debug and cg.oob_record_name in cg.module.globals else None
-    return write_library(str(cg.module), tgt, kernels, path, debug=rec is not None,
-                         uses_openmp=cg.uses_openmp, oob_record=rec,
-                         debug_buffers=cg.debug_buffers, **export)
+    backend = backend_for(tgt)
+    return backend.export(backend.codegen(funcs, tgt, debug=debug, name=funcs[0].name), path, **export)
 
 
 def write_library(ir_text: str, target: Target, kernels: Sequence[KernelSpec],
@@ -112,14 +90,16 @@ def write_library(ir_text: str, target: Target, kernels: Sequence[KernelSpec],
                   oob_record: str | None = None, debug_buffers: Sequence[str] = (),
                   provenance: Mapping[str, Any] | None = None,
                   kernel_provenance: Mapping[str, Mapping[str, Any]] | None = None,
-                  linker: str | None = None, libs: Sequence[str] = ()) -> LibraryFiles:
+                  linker: str | None = None, libs: Sequence[str] = (),
+                  obj: bytes | None = None) -> LibraryFiles:
     """Compile ``ir_text`` for ``target`` to the shared object ``path``, plus header and manifest.
 
     ``provenance`` describes the whole library and ``kernel_provenance`` (kernel name -> dict)
     each kernel; both are free-form JSON objects, by convention with ``log`` (tuning log
     file), ``record_hash`` and ``measured_time_s``. ``linker`` is the command that links
     (default: ``$CC``, gcc, cc, then ld); ``libs`` are extra link inputs (paths or ``-l``
-    flags) defining C functions that kernels call through ``te.call_extern``.
+    flags) defining C functions that kernels call through ``te.call_extern``. ``obj``: the
+    object code of ``ir_text`` for ``target`` when it was already compiled.
     """
     from ..codegen.llvm_jit import emit_object
 
@@ -135,7 +115,8 @@ def write_library(ir_text: str, target: Target, kernels: Sequence[KernelSpec],
     per_kernel = {n: _merged_provenance(lib_prov, _json_object(kprov.get(n), f"provenance of {n}"))
                   for n in names}
     required = required_features(target)
-    obj = emit_object(ir_text, target)
+    if obj is None:
+        obj = emit_object(ir_text, target)
     library.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=library.parent, prefix=".tecomp-export-") as tmp:
         obj_path = Path(tmp) / "kernels.o"

@@ -12,12 +12,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..codegen.llvm_cpu import CodegenCPU, ErrorCode
+from ..codegen.backend import Artifact, CPUBackend
+from ..codegen.llvm_cpu import ErrorCode
 from ..codegen.llvm_jit import JITModule
 from ..codegen.target import Target
 from ..errors import TecompError
 from ..ir.stmt import PrimFunc
-from .args import ArgChecker, specs_from_primfunc
+from .args import ArgChecker
 from .cpu import BenchmarkResult, ErrorDecoder, Function, KernelSet, OOBRecord
 
 if TYPE_CHECKING:
@@ -32,31 +33,30 @@ class Module(KernelSet):
 
     ``mod["name"]`` is a `Function`; calling the module calls its only kernel (or the one
     named ``entry_name``). ``get_source("ll" | "asm" | "ll-unopt")`` shows the optimised IR,
-    the assembly, or the IR as generated.
+    the assembly, or the IR as generated. ``artifact`` is the generated code as data
+    (`tecomp.codegen.backend.Artifact`), what `export_library` writes.
     """
 
-    def __init__(self, jit: JITModule, funcs: Sequence[PrimFunc], debug_buffers: Sequence[str],
-                 oob_record: str | None, uses_openmp: bool = False) -> None:
+    def __init__(self, jit: JITModule, artifact: Artifact) -> None:
         self._jit = jit
+        self.artifact = artifact
         self.target = jit.target
-        self.debug = oob_record is not None
-        # what export_library needs to rebuild the same kernels as a shared object
-        self.uses_openmp = uses_openmp
-        self.oob_record_name = oob_record
+        self.debug = artifact.debug
+        self.uses_openmp = artifact.uses_openmp
+        self.oob_record_name = artifact.oob_record
         oob: OOBRecord | None = None
-        if oob_record is not None:
-            addr = jit.global_address(oob_record)
+        if artifact.oob_record is not None:
+            addr = jit.global_address(artifact.oob_record)
             oob = OOBRecord.from_address(addr) if addr else None
-        names = list(debug_buffers)
+        names = list(artifact.debug_buffers)
         self.debug_buffers = names
         self._functions: dict[str, Function] = {}
-        for f in funcs:
-            specs, dims = specs_from_primfunc(f)
-            checker = ArgChecker(f.name, specs, dims, check_overlap=f.attrs.get("noalias", True))
-            self._functions[f.name] = Function(
-                f.name, jit.function_address(f.name), checker, owner=jit,
-                on_error=ErrorDecoder(f.name, ERROR_CODES, oob, names, owner=jit))
-        self.entry_name = funcs[0].name if len(funcs) == 1 else None
+        for k in artifact.kernels:
+            checker = ArgChecker(k.name, k.params, k.dims, check_overlap=k.check_overlap)
+            self._functions[k.name] = Function(
+                k.name, jit.function_address(k.name), checker, owner=jit,
+                on_error=ErrorDecoder(k.name, ERROR_CODES, oob, names, owner=jit))
+        self.entry_name = artifact.kernels[0].name if len(artifact.kernels) == 1 else None
 
     def get_source(self, fmt: str = "ll") -> str:
         """``"ll"`` optimised LLVM IR, ``"asm"`` assembly, ``"ll-unopt"`` IR as generated."""
@@ -71,7 +71,7 @@ class Module(KernelSet):
         `tecomp.runtime.load_module` loads the result without the compiler; C programs include
         the header. ``provenance`` (e.g. ``{"log": ..., "record_hash": ...,
         "measured_time_s": ...}``) describes the library, ``kernel_provenance`` each kernel.
-        See `tecomp.runtime.export.export_module` for ``linker`` and ``libs``.
+        See `tecomp.runtime.export.write_library` for ``linker`` and ``libs``.
         """
         from .export import export_module
 
@@ -91,13 +91,8 @@ def build_cpu(funcs: Sequence[PrimFunc], target: str | Target | None = "llvm",
     """
     if not funcs:
         raise TecompError("build_cpu needs at least one PrimFunc")
-    tgt = Target.parse(target)
-    cg = CodegenCPU(tgt, debug=debug, module_name=name or funcs[0].name)
-    for f in funcs:
-        cg.add_function(f)
-    jit = JITModule(str(cg.module), tgt, uses_openmp=cg.uses_openmp)
-    rec = cg.oob_record_name if debug and cg.oob_record_name in cg.module.globals else None
-    return Module(jit, funcs, cg.debug_buffers, rec, uses_openmp=cg.uses_openmp)
+    backend = CPUBackend()
+    return backend.load(backend.codegen(funcs, Target.parse(target), debug=debug, name=name))
 
 
 __all__ = ["BenchmarkResult", "Function", "Module", "build_cpu"]
