@@ -43,11 +43,16 @@ floordiv = indexdiv
 floormod = indexmod
 
 
-def lower(sch: Any, args: Any, name: str = "main", simple_mode: bool = False) -> Any:
-    """The loop-nest IR of ``sch`` after the pass pipeline; ``str()`` of it reads as code."""
+def lower(sch: Any, args: Any, name: str = "main", simple_mode: bool = False,
+          target: Any = None) -> Any:
+    """The loop-nest IR of ``sch`` after the pass pipeline; ``str()`` of it reads as code.
+
+    ``target`` ("llvm" by default; "cuda -arch=sm_80" for a GPU kernel) decides what thread
+    bindings and storage scopes mean and which passes run.
+    """
     from .lowering import lower as _lower
 
-    return _lower(sch, args, name=name)
+    return _lower(sch, args, name=name, target=target)
 
 
 def build(sch: Any, args: Any = None, target: Any = "llvm", name: str = "main",

@@ -10,7 +10,7 @@ from .ir.stmt import PrimFunc
 from .te.schedule import Schedule
 
 
-def _normalize(sch: Any, args: Any, name: str, debug: bool = False) -> list[PrimFunc]:
+def _normalize(sch: Any, args: Any, name: str, debug: bool = False, target: Any = None) -> list[PrimFunc]:
     from .lowering import lower
 
     if isinstance(sch, PrimFunc):
@@ -18,7 +18,7 @@ def _normalize(sch: Any, args: Any, name: str, debug: bool = False) -> list[Prim
     if isinstance(sch, Schedule):
         if args is None:
             raise TecompError("build: pass the argument tensors, e.g. tc.build(s, [A, B, C])")
-        return [lower(sch, args, name=name, debug=debug)]
+        return [lower(sch, args, name=name, debug=debug, target=target)]
     if isinstance(sch, (list, tuple)):
         funcs: list[PrimFunc] = []
         for k, item in enumerate(sch):
@@ -30,7 +30,7 @@ def _normalize(sch: Any, args: Any, name: str, debug: bool = False) -> list[Prim
                     f"build: item {k} must be a (schedule, args, name) triple, got {item!r}"
                 )
             s, a, n = item
-            funcs.append(lower(s, a, name=n, debug=debug))
+            funcs.append(lower(s, a, name=n, debug=debug, target=target))
         names = [f.name for f in funcs]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -60,9 +60,9 @@ def build(
     from .codegen.backend import backend_for
     from .codegen.target import Target
 
-    funcs = _normalize(sch, args, name, debug)
+    tgt = Target.parse(target)
+    funcs = _normalize(sch, args, name, debug, tgt)
     for f in funcs:
         _check_name(f.name)
-    tgt = Target.parse(target)
     backend = backend_for(tgt)
     return backend.load(backend.codegen(funcs, tgt, debug=debug, name=funcs[0].name))

@@ -1,7 +1,8 @@
-"""Compilation targets: which CPU (triple, cpu name, feature flags) code is generated for.
+"""Compilation targets: which CPU or GPU (triple, cpu name, feature flags) code is made for.
 
 A target is written the way TVM users know it: ``"llvm"`` (the host CPU, all its features),
-``"llvm -mcpu=skylake-avx512 -mattr=+avx2,+fma"`` or ``"llvm -mtriple=x86_64-linux-gnu"``.
+``"llvm -mcpu=skylake-avx512 -mattr=+avx2,+fma"``, ``"llvm -mtriple=x86_64-linux-gnu"``, or
+``"cuda"`` / ``"cuda -arch=sm_90"`` for an NVIDIA GPU (`GPULimits` carries its hardware limits).
 Lowering reads `Target.vector_bits` to pick vector widths; the LLVM backend turns the target
 into a TargetMachine (cached per target in `tecomp.codegen.llvm_jit`).
 
@@ -35,13 +36,52 @@ _AVX_CPUS = frozenset({"sandybridge", "ivybridge", "btver2", "bdver1", "bdver2",
 
 
 @dataclass(frozen=True)
-class Target:
-    """A CPU code generation target (hashable, so TargetMachines can be cached on it).
+class GPULimits:
+    """What an NVIDIA architecture allows one kernel launch (per block unless noted).
 
+    Shared memory: ``static_smem`` is what a kernel may declare statically; up to
+    ``max_dynamic_smem`` needs the dynamic opt-in. ptxas does not check either.
+    """
+
+    arch: str
+    compute_capability: tuple[int, int]
+    max_threads_per_block: int = 1024
+    max_block_dims: tuple[int, int, int] = (1024, 1024, 64)
+    max_grid_dims: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
+    warp_size: int = 32
+    static_smem: int = 48 * 1024
+    max_dynamic_smem: int = 163 * 1024
+    registers_per_sm: int = 64 * 1024
+    max_registers_per_thread: int = 255
+    sm_count: int = 108  # of the arch's flagship part (A100, H100 SXM): a tuning hint only
+
+
+# The architectures ptxas 13 accepts that tecomp targets (sm_70 is gone from CUDA 13).
+_GPU_ARCHS: dict[str, GPULimits] = {
+    "sm_75": GPULimits("sm_75", (7, 5), max_dynamic_smem=64 * 1024, sm_count=72),
+    "sm_80": GPULimits("sm_80", (8, 0), max_dynamic_smem=163 * 1024, sm_count=108),
+    "sm_86": GPULimits("sm_86", (8, 6), max_dynamic_smem=99 * 1024, sm_count=84),
+    "sm_89": GPULimits("sm_89", (8, 9), max_dynamic_smem=99 * 1024, sm_count=128),
+    "sm_90": GPULimits("sm_90", (9, 0), max_dynamic_smem=227 * 1024, sm_count=132),
+    "sm_90a": GPULimits("sm_90a", (9, 0), max_dynamic_smem=227 * 1024, sm_count=132),
+}
+# PTX ISA version to emit per arch: the lowest that has every instruction tecomp uses there
+_PTX_VERSION = {"sm_75": "+ptx63", "sm_80": "+ptx70", "sm_86": "+ptx71", "sm_89": "+ptx78",
+                "sm_90": "+ptx78", "sm_90a": "+ptx80"}
+CUDA_TRIPLE = "nvptx64-nvidia-cuda"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A code generation target (hashable, so TargetMachines can be cached on it).
+
+    ``kind`` is "llvm" (a CPU) or "cuda" (an NVIDIA GPU: ``cpu`` is the arch, "sm_80").
     ``features`` is LLVM's comma-separated ``+feat,-feat`` string ("" lets the CPU decide).
 
     >>> Target.parse("llvm -mcpu=skylake-avx512").vector_bits
     512
+    >>> Target.parse("cuda -arch=sm_90").gpu.static_smem
+    49152
     """
 
     kind: str = "llvm"
@@ -68,7 +108,18 @@ class Target:
     @property
     def is_host(self) -> bool:
         """True when code for this target can run in this process (same triple)."""
-        return self.triple == _host().triple
+        return self.kind == "llvm" and self.triple == _host().triple
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "cuda"
+
+    @property
+    def gpu(self) -> GPULimits:
+        """The hardware limits of a cuda target (TecompError for a CPU target)."""
+        if self.kind != "cuda":
+            raise TecompError(f"target '{self}' is not a GPU target")
+        return _GPU_ARCHS[self.cpu]
 
     @property
     def feature_set(self) -> frozenset[str]:
@@ -77,7 +128,10 @@ class Target:
 
     @property
     def vector_bits(self) -> int:
-        """Width of the widest SIMD register lowering should target (512, 256 or 128)."""
+        """Width of the widest SIMD register lowering should target (512, 256 or 128; on a GPU
+        128: a thread's widest load is 16 bytes)."""
+        if self.kind == "cuda":
+            return 128
         feats = self.features.split(",") if self.features else []
         enabled = {f[1:] for f in feats if f.startswith("+")}
         disabled = {f[1:] for f in feats if f.startswith("-")}
@@ -90,6 +144,8 @@ class Target:
         return 128
 
     def __str__(self) -> str:
+        if self.kind == "cuda":
+            return f"cuda -arch={self.cpu}"
         if self == _host():
             return "llvm"  # parses back to the host target; the feature list is very long
         parts = [self.kind]
@@ -119,8 +175,11 @@ def _parse(text: str) -> Target:
         words = shlex.split(text)
     except ValueError as e:
         raise TecompError(f"cannot parse target {text!r}: {e}") from None
+    if words and words[0] == "cuda":
+        return _parse_cuda(text, words[1:])
     if not words or words[0] != "llvm":
-        raise TecompError(f"unsupported target {text!r}; CPU targets start with 'llvm'")
+        raise TecompError(f"unsupported target {text!r}; CPU targets start with 'llvm', NVIDIA "
+                          "GPU targets with 'cuda'")
     opts: dict[str, str] = {}
     for w in words[1:]:
         key, eq, value = w.partition("=")
@@ -146,4 +205,20 @@ def _parse(text: str) -> Target:
     return Target("llvm", triple, cpu, features)
 
 
-__all__ = ["Target"]
+def _parse_cuda(text: str, words: list[str]) -> Target:
+    arch = "sm_80"
+    for w in words:
+        key, eq, value = w.partition("=")
+        if key in ("-arch", "-mcpu") and eq and value:
+            arch = value
+        elif key == "-model" or key == "-libs" or w.startswith("-max_"):
+            continue  # TVM's informational options: accepted, no effect here
+        else:
+            raise TecompError(f"unknown target option {w!r} in {text!r}; cuda targets take -arch=sm_XX")
+    if arch not in _GPU_ARCHS:
+        raise TecompError(f"target {text!r}: unsupported arch {arch!r}; use one of "
+                          f"{', '.join(_GPU_ARCHS)}")
+    return Target("cuda", CUDA_TRIPLE, arch, _PTX_VERSION[arch])
+
+
+__all__ = ["CUDA_TRIPLE", "GPULimits", "Target"]

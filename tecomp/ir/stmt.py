@@ -15,6 +15,9 @@ class ForKind(enum.Enum):
     PARALLEL = "parallel"
     VECTORIZED = "vectorized"
     UNROLLED = "unrolled"
+    # GPU: the loop variable is the hardware index named by the ``thread_tag`` annotation
+    # ("blockIdx.x", "threadIdx.y", ...); see `thread_tag`
+    THREAD_BINDING = "thread_binding"
 
 
 class Stmt:
@@ -113,6 +116,37 @@ class PrimFunc:
         return func_str(self)
 
     __repr__ = __str__
+
+
+THREAD_TAG = "thread_tag"
+BARRIER = "syncthreads"
+
+
+def thread_tag(s: For) -> str | None:
+    """The GPU index a THREAD_BINDING loop stands for ("blockIdx.x", "threadIdx.x", ...).
+
+    Such a loop does not iterate: its variable *is* that index, and the launch gives the tag
+    one extent per kernel. A loop whose extent is smaller than the launch extent runs its
+    body only where ``var < extent``; loops of one tag may nest (a stage computed inside a
+    consumer's thread loop, bound to the same thread) and then all name the same index.
+    """
+    if s.kind is not ForKind.THREAD_BINDING:
+        return None
+    return str(s.annotation(THREAD_TAG))
+
+
+def barrier() -> Evaluate:
+    """A block-wide barrier (``__syncthreads()``): every thread of the block reaches it before
+    any goes on, and shared-memory writes before it are visible to reads after it."""
+    from .expr import Call
+
+    return Evaluate(Call("int32", BARRIER, ()))
+
+
+def is_barrier(s: Stmt) -> bool:
+    from .expr import Call
+
+    return isinstance(s, Evaluate) and isinstance(s.value, Call) and s.value.name == BARRIER
 
 
 def seq(*stmts: Stmt | None) -> Stmt:

@@ -11,10 +11,12 @@ from .schedule_ops import lower_schedule
 
 
 def lower(sch: Schedule, args: Sequence[Any], name: str = "main", passes: bool = True,
-          debug: bool = False) -> PrimFunc:
+          debug: bool = False, target: Any = None) -> PrimFunc:
     """Lower ``sch`` with parameters ``args``; ``passes=False`` returns the raw loop nest.
 
     ``debug=True`` adds a bounds check per axis of every multi-dimensional access.
+    ``target`` ("llvm" by default, or "cuda -arch=sm_80") decides what thread bindings and
+    storage scopes mean and which pass pipeline runs.
     """
     from ..errors import TecompError
 
@@ -22,7 +24,9 @@ def lower(sch: Schedule, args: Sequence[Any], name: str = "main", passes: bool =
         raise TecompError(f"lower: expected a te.Schedule, got {type(sch).__name__}")
     if not isinstance(args, (list, tuple)):
         raise TecompError("lower: args must be a list of tensors")
-    func = lower_schedule(sch, args, name)
+    from ..codegen.target import Target
+
+    func = lower_schedule(sch, args, name, Target.parse(target) if target is not None else None)
     if passes:
         from ..passes.pipeline import run_pipeline
 

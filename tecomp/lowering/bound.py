@@ -4,6 +4,12 @@ Stages are visited consumers-first. A stage at root produces its whole domain. A
 at loop ``iv`` of a consumer produces the union of the regions its readers touch while the loops
 outside ``iv`` are fixed and the loops inside are relaxed to their ranges (interval analysis);
 that region's extent, bounded by a constant where possible, sizes its buffer.
+
+On a GPU a loop bound to a thread index is not fixed for a buffer that several threads share
+(TVM's InferBound): a "shared" buffer computed inside a ``threadIdx`` loop holds what the
+whole block reads, so the enclosing ``threadIdx``/``vthread`` loops are relaxed too; a
+"global" one also relaxes ``blockIdx``; a "local" one belongs to one thread and relaxes
+nothing more.
 """
 
 from __future__ import annotations
@@ -109,12 +115,25 @@ class _Loads(ExprVisitor):
         super().visit_ProducerLoad(e)
 
 
+# thread tags whose loops a buffer of each scope is shared across (see the module docstring)
+_RELAXED_TAGS = {
+    "global": ("blockIdx.", "threadIdx.", "vthread"),
+    "shared": ("threadIdx.", "vthread"),
+    "local": (),
+}
+
+
 def infer_bounds(
     sch: Schedule,
     bodies: dict[Stage, list[Expr]],
     stages: list[Stage],
+    scopes: dict[Stage, str] | None = None,
 ) -> dict[Stage, StageBounds]:
-    """Bounds of every non-inline compute stage in ``stages`` (topological order)."""
+    """Bounds of every non-inline compute stage in ``stages`` (topological order).
+
+    ``scopes`` (GPU lowering only) gives each stage's storage scope, which decides which
+    enclosing thread-bound loops its region is relaxed over.
+    """
     out: dict[Stage, StageBounds] = {}
     readers: dict[Stage, list[Stage]] = {st: [] for st in stages}
     for st in stages:
@@ -134,7 +153,8 @@ def infer_bounds(
             assert r.dom is not None
             root_min[r], root_ext[r] = r.dom.min, r.dom.extent
         if st.attach_type == "scope":
-            mins, exts = _region(st, readers[st], bodies, out)
+            relax = _RELAXED_TAGS.get(scopes.get(st, "local"), ()) if scopes is not None else ()
+            mins, exts = _region(st, readers[st], bodies, out, relax)
         else:
             mins = [iv.dom.min for iv in op.axis]  # type: ignore[union-attr]
             exts = [iv.dom.extent for iv in op.axis]  # type: ignore[union-attr]
@@ -159,6 +179,7 @@ def _region(
     readers: list[Stage],
     bodies: dict[Stage, list[Expr]],
     done: dict[Stage, StageBounds],
+    relax_tags: tuple[str, ...] = (),
 ) -> tuple[list[Expr], list[Expr]]:
     op = st.op
     assert isinstance(op, ComputeOp)
@@ -206,6 +227,21 @@ def _region(
             dom[leaf.var] = Interval.from_range(const(0), done[owner].ext[leaf])
         for leaf in parent.leaf_iter_vars[pos + 1:]:
             dom[leaf.var] = Interval.from_range(const(0), done[parent].ext[leaf])
+        if relax_tags:
+            # thread-bound loops at and outside the attach point: every thread of them reads
+            # this buffer, so it must hold all their reads
+            anc: Stage | None = parent
+            upto = pos
+            while anc is not None and anc in done:
+                for leaf in anc.leaf_iter_vars[: upto + 1]:
+                    a = anc.iter_var_attrs.get(leaf)
+                    tag = a.bind_thread.thread_tag if a is not None and a.bind_thread is not None else ""
+                    if tag.startswith(relax_tags):
+                        dom[leaf.var] = Interval.from_range(const(0), done[anc].ext[leaf])
+                nxt = anc.attach_stage
+                if nxt is not None and anc.attach_ivar is not None:
+                    upto = nxt.leaf_iter_vars.index(anc.attach_ivar)
+                anc = nxt
         cop = c.op
         assert isinstance(cop, ComputeOp)
         vmap: dict[Var, Expr] = {iv.var: cb.root_value(iv) for iv in cop.axis + cop.reduce_axis}

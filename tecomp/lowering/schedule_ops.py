@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..arith.simplify import simplify
+from ..codegen.target import Target
 from ..errors import LoweringError, ScheduleError
 from ..ir.buffer import Buffer
 from ..ir.expr import (
@@ -20,6 +21,7 @@ from ..ir.expr import (
 )
 from ..ir.functor import ExprMutator, StmtMutator, StmtVisitor, free_vars, substitute
 from ..ir.stmt import (
+    THREAD_TAG,
     Allocate,
     BufferStore,
     For,
@@ -54,9 +56,11 @@ class _ToBuffers(ExprMutator):
 
 
 class Lowering:
-    def __init__(self, sch: Schedule, args: Sequence[Any], name: str) -> None:
+    def __init__(self, sch: Schedule, args: Sequence[Any], name: str, target: Target | None = None) -> None:
         self.sch = sch
         self.name = name
+        self.target = target
+        self.gpu = target is not None and target.is_gpu
         self.args = list(args)
         self.buffers: dict[tuple[Stage, int], Buffer] = {}
         self.params: list[Buffer] = []
@@ -67,7 +71,9 @@ class Lowering:
             if isinstance(st.op, ComputeOp) and st.attach_type != "inline"
         ]
         self._bind_args()
-        self.bounds: dict[Stage, StageBounds] = infer_bounds(sch, self.bodies, self.stages)
+        self.scopes = storage_scopes(self.stages, self.gpu)
+        self.bounds: dict[Stage, StageBounds] = infer_bounds(
+            sch, self.bodies, self.stages, self.scopes if self.gpu else None)
         self.local_allocs: dict[Stage, list[Buffer]] = {}
         self._make_local_buffers()
         self.mutator = _ToBuffers(self)
@@ -135,7 +141,7 @@ class Lowering:
                 if st.storage_align_:
                     strides = _aligned_strides(shape, st.storage_align_, st)
                 buf = Buffer(op.output(k).name.replace(".", "_"), shape, op.output(k).dtype,
-                             strides=strides, scope="local")
+                             strides=strides, scope=self.scopes[st] if self.gpu else "local")
                 self.buffers[(st, k)] = buf
                 self.local_allocs.setdefault(st, []).append(buf)
 
@@ -159,12 +165,23 @@ class Lowering:
                     f"stage {st.name}: double_buffer hides global-memory latency of shared-memory "
                     "stages on GPUs; CPU builds have no such stage (use prefetch instead)"
                 )
+            if self.gpu:
+                continue
             for iv, a in st.iter_var_attrs.items():
                 if a.bind_thread is not None:
                     raise LoweringError(
                         f"stage {st.name}: axis '{iv.name}' is bound to {a.bind_thread.thread_tag}; "
-                        "thread binding needs a GPU target"
+                        "thread binding needs a GPU target (target=\"cuda\")"
                     )
+            if st.scope == "shared":
+                raise LoweringError(
+                    f"stage {st.name}: storage scope 'shared' (GPU shared memory) needs a GPU "
+                    "target (target=\"cuda\"); on a CPU use 'local' or 'global'")
+        if self.gpu and len(roots) > 1:
+            raise LoweringError(
+                f"{self.name}: stages {', '.join(st.name for st in roots)} are all computed at "
+                "root; a cuda build makes one kernel, so compute all but the output inline or "
+                "at a loop of their consumer (compute_inline / compute_at)")
         body = seq(*[self.stage_nest(st) for st in roots])
         for st in reversed(roots):
             for buf in self.local_allocs.get(st, []):
@@ -181,6 +198,12 @@ class Lowering:
             )
         fn = PrimFunc(self.name, self.params, body, self.dim_vars)
         fn.attrs["outputs"] = self.outputs
+        if self.gpu:
+            from .gpu_check import check_gpu_kernel
+
+            assert self.target is not None
+            fn.attrs["target"] = self.target
+            fn.attrs["launch"] = check_gpu_kernel(fn, self.target, {st.name for st in roots})
         return fn
 
     def _attached(self, st: Stage, iv: IterVar) -> list[Stage]:
@@ -239,9 +262,32 @@ class Lowering:
         for iv in reversed(leaves):
             if iv.kind == IterVarKind.REDUCE:
                 continue
-            kind = st.iter_var_attrs[iv].kind if iv in st.iter_var_attrs else None
-            body = For(iv.var, const(0), b.ext[iv], kind or ForKind.SERIAL, body)
+            attr = st.iter_var_attrs.get(iv)
+            kind = attr.kind if attr is not None else None
+            body = self._for(st, iv, b.ext[iv], kind or ForKind.SERIAL, body, ())
         return body
+
+    def _for(self, st: Stage, iv: IterVar, ext: Expr, kind: ForKind, body: Stmt,
+             ann: tuple[tuple[str, Any], ...]) -> Stmt:
+        attr = st.iter_var_attrs.get(iv)
+        thread = attr.bind_thread if attr is not None else None
+        if thread is None or not self.gpu:
+            return For(iv.var, const(0), ext, kind, body, ann)
+        tag = thread.thread_tag
+        if tag == "vthread":
+            # virtual threads are serial copies of the body (TVM interleaves them for
+            # performance; the values computed are the same)
+            return For(iv.var, const(0), ext, ForKind.UNROLLED, body, ann)
+        if tag not in THREAD_TAGS:
+            raise ScheduleError(f"stage {st.name}: axis '{iv.name}' is bound to unknown thread tag "
+                                f"{tag!r}; use one of {', '.join(THREAD_TAGS)} or 'vthread'")
+        if thread.dom is not None:
+            want = simplify(thread.dom.extent)
+            got = simplify(ext)
+            if isinstance(want, IntImm) and isinstance(got, IntImm) and want.value != got.value:
+                raise ScheduleError(f"stage {st.name}: axis '{iv.name}' has extent {got.value} but is "
+                                    f"bound to {tag} declared with extent {want.value}")
+        return For(iv.var, const(0), ext, ForKind.THREAD_BINDING, body, ((THREAD_TAG, tag), *ann))
 
     def _loop(self, st: Stage, iv: IterVar, inner: Stmt) -> Stmt:
         b = self.bounds[st]
@@ -261,7 +307,7 @@ class Lowering:
             raise ScheduleError(
                 f"stage {st.name}: cannot vectorize axis '{iv.name}' with non-constant extent {ext}"
             )
-        return For(iv.var, const(0), ext, kind, body, ann)
+        return self._for(st, iv, ext, kind, body, ann)
 
     def _reduce_stmts(self, st: Stage, vmap: dict[Var, Expr], out_idx: list[Expr]) -> tuple[Stmt, Stmt]:
         reds = self.bodies[st]
@@ -378,9 +424,39 @@ def _aligned_strides(shape: tuple[Expr, ...], align: dict[int, tuple[int, int]],
     return tuple(strides)
 
 
-def lower_schedule(sch: Schedule, args: Sequence[Any], name: str = "main") -> PrimFunc:
-    """The loop nest of ``sch`` with ``args`` as kernel parameters (before passes)."""
-    return Lowering(sch, args, name).lower()
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def storage_scopes(stages: Sequence[Stage], gpu: bool) -> dict[Stage, str]:
+    """The storage scope of each stage's buffer.
+
+    A scope the schedule set (``cache_read(A, "shared")``, ``set_scope``) is kept. On a GPU a
+    stage without one follows TVM: computed inside a ``threadIdx`` loop it is per thread
+    ("local"), inside only ``blockIdx`` loops per block ("shared").
+    """
+    out: dict[Stage, str] = {}
+    for st in stages:
+        if st.scope != "global" or not gpu or st.attach_type != "scope":
+            out[st] = st.scope
+            continue
+        tags: set[str] = set()
+        p: Stage | None = st
+        while p is not None and p.attach_stage is not None and p.attach_ivar is not None:
+            parent = p.attach_stage
+            for leaf in parent.leaf_iter_vars[: parent.leaf_iter_vars.index(p.attach_ivar) + 1]:
+                a = parent.iter_var_attrs.get(leaf)
+                if a is not None and a.bind_thread is not None:
+                    tags.add(a.bind_thread.thread_tag.split(".")[0])
+            p = parent
+        out[st] = "local" if "threadIdx" in tags else "shared" if "blockIdx" in tags else "global"
+    return out
+
+
+def lower_schedule(sch: Schedule, args: Sequence[Any], name: str = "main",
+                   target: Target | None = None) -> PrimFunc:
+    """The loop nest of ``sch`` with ``args`` as kernel parameters (before passes);
+    ``target`` (default: the CPU) decides what thread bindings and storage scopes mean."""
+    return Lowering(sch, args, name, target).lower()
 
 
 __all__ = ["Lowering", "lower_schedule"]

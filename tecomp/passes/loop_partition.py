@@ -115,6 +115,10 @@ class LoopPartition(StmtMutator):
         self.depth = 0
 
     def visit_For(self, s: For) -> Stmt:
+        if s.kind == ForKind.THREAD_BINDING:
+            # a thread loop does not iterate: nothing to partition, but its body may
+            body = self.visit_stmt(s.body)
+            return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.annotations)
         if s.kind == ForKind.VECTORIZED or self.depth >= MAX_DEPTH:
             return s
         g = _Guards()

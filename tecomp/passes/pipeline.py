@@ -9,6 +9,7 @@ from .flatten import flatten
 from .loop_partition import loop_partition
 from .simplify import simplify_func
 from .storage_rewrite import storage_rewrite
+from .thread_sync import thread_sync
 from .unroll import unroll
 from .vectorize import vectorize
 
@@ -30,6 +31,20 @@ PIPELINE: list[tuple[str, Pass]] = [
 ]
 
 
+# GPU kernels: no storage rewrite (its CPU stack-buffer reuse does not know shared memory),
+# and barriers last, on the final statement structure.
+GPU_PIPELINE: list[tuple[str, Pass]] = [
+    ("simplify", simplify_func),
+    ("loop_partition", loop_partition),
+    ("simplify", simplify_func),
+    ("unroll", unroll),
+    ("flatten", flatten),
+    ("vectorize", vectorize),
+    ("simplify", simplify_func),
+    ("thread_sync", thread_sync),
+]
+
+
 def debug_pipeline() -> list[tuple[str, Pass]]:
     """PIPELINE with per-axis bounds checks inserted while indices are still N-dimensional."""
     from .bounds_check import insert_axis_checks
@@ -41,7 +56,8 @@ def debug_pipeline() -> list[tuple[str, Pass]]:
 def run_pipeline(func: PrimFunc, passes: list[tuple[str, Pass]] | None = None,
                  debug: bool = False) -> PrimFunc:
     if passes is None:
-        passes = debug_pipeline() if debug else PIPELINE
+        gpu = func.attrs.get("target") is not None and func.attrs["target"].is_gpu
+        passes = GPU_PIPELINE if gpu else debug_pipeline() if debug else PIPELINE
     for _name, p in passes:
         func = p(func)
     return func

@@ -35,6 +35,7 @@ from ..ir.stmt import (
     BufferStore,
     Evaluate,
     For,
+    ForKind,
     IfThenElse,
     LetStmt,
     PrimFunc,
@@ -85,7 +86,8 @@ class Simplify(StmtMutator):
         lo, hi = self._simp.bounds_of(ext)
         if hi <= 0:
             return _empty()
-        if lo == hi == 1:
+        if lo == hi == 1 and s.kind != ForKind.THREAD_BINDING:
+            # (a thread loop of extent 1 still means "thread 0 only")
             return self.visit_stmt(substitute(s.body, {s.var: mn}))
         body = self._scoped(s.var, mn, ext, lambda: self.visit_stmt(s.body))
         if _is_empty(body):

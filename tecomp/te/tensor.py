@@ -143,8 +143,9 @@ def reduce_axis(dom: Any, name: str = "rv") -> IterVar:
 
 def thread_axis(tag: str = "", name: str = "", dom: Any = None) -> IterVar:
     """A GPU thread/block index (``"threadIdx.x"``, ``"blockIdx.x"``...) for ``bind``."""
-    if isinstance(tag, (tuple, list, Range)) and not isinstance(dom, str):
-        tag, dom = dom, tag  # TVM accepts thread_axis((0, n), "threadIdx.x")
+    if isinstance(tag, (tuple, list, Range, int)):
+        # TVM's order: thread_axis(dom, tag, name), e.g. thread_axis((0, n), "threadIdx.x")
+        tag, name, dom = name, dom if isinstance(dom, str) else "", tag
     r = _to_range(dom) if dom is not None else None
     return IterVar(r, AxisVar(name or str(tag), "int32"), IterVarKind.THREAD, str(tag))
 

@@ -318,7 +318,8 @@ def test_lower_and_build_argument_errors():
 
 
 @pytest.mark.parametrize("target,msg", [
-    ("cuda", r"unsupported target 'cuda'"),
+    ("opencl", r"unsupported target 'opencl'"),
+    ("cuda", r"loop 'i' runs outside every thread-bound loop"),  # a CPU schedule on a GPU
     ("llvm -mcpu=notacpu", r"LLVM does not know the CPU 'notacpu'"),
     ("llvm -O3", r"unknown target option '-O3'"),
 ])
