@@ -1,0 +1,1037 @@
+"""Running GPU kernels through the CUDA driver API (NVIDIA's ``cuda-bindings`` wheels).
+
+``cuda.bindings`` is imported the first time something needs the driver, never at import, so
+tecomp (and building, printing or emulating GPU kernels) works on machines without it.
+
+Pieces:
+
+* `CudaModule`: a PTX text or a cubin/fatbin image, loaded with ``cuModuleLoadData`` into the
+  primary context of its device on first use; ``mod.kernel(...)`` / ``mod[name]`` give kernels.
+* `CudaKernel`: one ``.entry`` with tecomp's calling convention, the CPU kernels' one: the
+  device pointers of the buffers in parameter order, then the symbolic dims as int64 (the
+  kernel reads pointers as 8-byte ``.u64`` params and dims as ``.s64``/``.u64``). Arguments
+  go through `tecomp.runtime.args.ArgChecker`, so a GPU call checks count, dtype, rank,
+  shape, contiguity, read-only outputs and overlap with the same error texts as a CPU call.
+  The launch shape comes from ``launch``: ``{"blockIdx.x": "(n + 127) // 128",
+  "threadIdx.x": 128}`` (ints, or Python expressions over the dim names as in `ParamSpec`
+  shapes; tags left out have extent 1), plus ``shared_mem`` bytes of dynamic shared memory.
+* `time_evaluator`: CUDA events around ``number`` back-to-back launches, per repeat; returns
+  the CPU runtime's `BenchmarkResult`.
+* `cuda_available()`: ``(True, description)`` or ``(False, reason)``; ``gpu`` tests skip on it.
+
+Arrays a kernel accepts (one call may mix them):
+
+* **Host arrays** (numpy, or anything numpy imports through ``__dlpack__`` from the CPU, e.g.
+  a CPU torch tensor): every host argument is copied to fresh device memory before the
+  launch (outputs too, so elements the kernel does not write keep their values), and the
+  outputs (``ParamSpec.output``) are copied back into the same host arrays after it; the
+  device copies are freed before the call returns. ``time_evaluator`` copies once, times
+  only the launches, and copies outputs back at the end.
+* **Device arrays**, used in place, no copy:
+  - objects with ``__cuda_array_interface__`` (cupy, numba, pycuda ``GPUArray``, CUDA torch
+    tensors), versions 0-3: ``data`` (pointer, read-only flag), ``shape``, ``typestr`` (a
+    native-endian bool/int/uint/float), ``strides`` (None, or C-contiguous byte strides; axes
+    of extent 1 may have any stride); ``mask`` must be absent/None; a v3 ``stream`` other
+    than None/1/2 (legacy / per-thread default) is synchronized before the launch;
+  - objects with ``__dlpack__`` whose ``__dlpack_device__`` is CUDA (2), CUDA managed (13) or
+    CUDA pinned host memory (3): the capsule is read, not consumed (DLPack 1.x
+    "dltensor_versioned" and the older "dltensor"; dtype int/uint/float/bool with one lane;
+    strides NULL or compact row-major), it is asked for the legacy default stream
+    (``stream=1``) so the producer orders its pending work before our launch, and it is kept
+    alive during the call; its ``device_id`` must be the kernel's device.
+  ``__cuda_array_interface__`` is preferred when an object has both.
+
+Launches go to the legacy default stream of the device's primary context (retained lazily,
+never released: the driver tears it down at exit) and are synchronized before a call returns,
+so a fault surfaces in the call that caused it. Every driver error is a `TecompError` naming
+the ``CUresult`` with a sentence on what it means. Without cuda-bindings, without an NVIDIA
+driver, or without a device, a call raises `CudaUnavailable` (a TecompError) saying which,
+and pointing at the CPU emulator, ``f.emulate(*arrays)``.
+
+Do not fork a process after it used CUDA (the child cannot); tuning workers must start
+fresh (spawn) processes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import CodeType
+from typing import Any
+
+import numpy as np
+
+from ..errors import TecompError
+from .args import _SHAPE_EXPR, _SHAPE_NS, ArgChecker, KernelSpec, ParamSpec
+from .cpu import BenchmarkResult
+
+EMULATOR_HINT = "to run it without a GPU, use the CPU emulator: f.emulate(*arrays)"
+INSTALL_HINT = ("install NVIDIA's cuda-bindings wheels with pip install 'tecomp[cuda]' "
+                "(or pip install cuda-bindings)")
+
+LAUNCH_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z",
+               "threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+# CUresult codes given their own explanation (names come from the bindings' enum)
+_SUCCESS = 0
+_ERR_NO_DEVICE = 100
+_FAULTS = {700, 715, 716, 717, 719}  # illegal address/instruction, misaligned, bad pc, launch failed
+_HINTS = {
+    2: "the device is out of memory",
+    35: "the installed NVIDIA driver is older than these CUDA bindings need; update the "
+        "driver or install an older cuda-bindings",
+    209: "the image has no code for this device's architecture (a cubin built for another "
+         "sm_XX); load PTX, or build the cubin for this GPU",
+    218: "the driver's JIT rejected the PTX; ptxas -arch=<the device's sm_XY> says why",
+    222: "the PTX .version is newer than this driver supports; emit an older PTX ISA "
+         "(or update the driver)",
+    500: "no such name in the module",
+    701: "the launch needs more registers or shared memory per block than the device has; "
+         "use fewer threads per block",
+}
+_FAULT_HINT = ("the kernel faulted on the device; the CUDA context is now unusable until the "
+               "process exits; run f.emulate(*arrays) on the CPU to find the bad access")
+
+
+class CudaError(TecompError):
+    """A CUDA driver call failed: ``code`` is the CUresult value, ``name`` its name."""
+
+    def __init__(self, message: str, code: int, name: str) -> None:
+        super().__init__(message)
+        self.code, self.name = code, name
+
+
+class CudaUnavailable(TecompError):
+    """CUDA cannot be used here. ``kind``: "not-installed" (no cuda-bindings), "no-driver"
+    (libcuda cannot be loaded), "no-device" (a driver but no GPU) or "init-failed"."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+# driver state -------------------------------------------------------------------------------
+
+_lock = threading.RLock()
+# None: not tried yet; a module: cuInit succeeded; a (kind, reason) pair: unavailable
+_state: Any = None
+_devices: dict[int, CudaDevice] = {}
+_available: tuple[bool, str] | None = None
+
+
+def _init_driver() -> Any:
+    """Import cuda-bindings and cuInit; the driver module, or (kind, reason)."""
+    try:
+        from cuda.bindings import driver as drv
+    except ImportError as e:
+        return ("not-installed", f"NVIDIA's cuda-bindings is not installed ({e}); {INSTALL_HINT}")
+    except Exception as e:  # a broken install: report it rather than crash
+        return ("not-installed", f"cuda-bindings cannot be imported ({type(e).__name__}: {e}); "
+                                 f"{INSTALL_HINT}")
+    try:
+        res = drv.cuInit(0)
+    except Exception as e:  # DynamicLibNotFoundError (RuntimeError) when libcuda is absent
+        return ("no-driver", "no NVIDIA driver on this machine: cuda-bindings could not load "
+                             f"libcuda ({type(e).__name__}: {e})")
+    err = int(res[0])
+    if err == _ERR_NO_DEVICE:
+        return ("no-device", "the NVIDIA driver found no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)")
+    if err != _SUCCESS:
+        return ("init-failed", f"cuInit failed: {_describe(drv, err)}")
+    try:
+        err, count = drv.cuDeviceGetCount()
+    except Exception as e:
+        return ("init-failed", f"cuDeviceGetCount raised {type(e).__name__}: {e}")
+    if int(err) != _SUCCESS:
+        return ("init-failed", f"cuDeviceGetCount failed: {_describe(drv, int(err))}")
+    if count == 0:
+        return ("no-device", "the NVIDIA driver found no CUDA device (cuDeviceGetCount: 0)")
+    return drv
+
+
+def _driver() -> Any:
+    """The initialized ``cuda.bindings.driver`` module; raises `CudaUnavailable`."""
+    global _state
+    st = _state
+    if st is None:
+        with _lock:
+            if _state is None:
+                _state = _init_driver()
+            st = _state
+    if isinstance(st, tuple):
+        raise CudaUnavailable(st[0], f"CUDA is unavailable: {st[1]}; {EMULATOR_HINT}")
+    return st
+
+
+def _reset_for_tests() -> None:
+    """Forget the driver state (tests that fake a missing install or driver)."""
+    global _state, _available
+    with _lock:
+        _state = _available = None
+        _devices.clear()
+
+
+def cuda_available() -> tuple[bool, str]:
+    """``(True, "device 0: <name> (sm_XY), driver X.Y")`` when kernels can run here, else
+    ``(False, reason)``. Does not create a context; the answer is kept for the process."""
+    global _available
+    if _available is None:
+        _available = _probe()
+    return _available
+
+
+def _probe() -> tuple[bool, str]:
+    try:
+        drv = _driver()
+        name = _call(drv, "cuDeviceGetName", 256, _call(drv, "cuDeviceGet", 0),
+                     what="reading the device name")
+        name = bytes(name).split(b"\0", 1)[0].decode(errors="replace")
+        major, minor = _compute_capability(drv, _call(drv, "cuDeviceGet", 0))
+        ver = int(_call(drv, "cuDriverGetVersion", what="reading the driver version"))
+    except CudaUnavailable:
+        return False, _state[1]  # the reason alone, without the emulator hint of a call's error
+    except TecompError as e:
+        return False, str(e)
+    return True, f"device 0: {name} (sm_{major}{minor}), driver {ver // 1000}.{ver % 1000 // 10}"
+
+
+def _describe(drv: Any, code: int) -> str:
+    try:
+        name = drv.CUresult(code).name
+    except Exception:
+        name = f"CUresult {code}"
+    sentence = ""
+    try:
+        err, s = drv.cuGetErrorString(code)
+        if int(err) == _SUCCESS and s:
+            sentence = bytes(s).decode(errors="replace").rstrip(".")
+    except Exception:
+        pass
+    return f"{name}: {sentence}" if sentence else name
+
+
+def _raise_cuda(drv: Any, code: int, fn: str, what: str) -> CudaError:
+    msg = f"{what}: {fn} failed with {_describe(drv, code)}" if what else \
+        f"{fn} failed with {_describe(drv, code)}"
+    hint = _FAULT_HINT if code in _FAULTS else _HINTS.get(code)
+    if hint:
+        msg += f" ({hint})"
+    try:
+        name = drv.CUresult(code).name
+    except Exception:
+        name = f"CUresult {code}"
+    return CudaError(msg, code, name)
+
+
+def _call(drv: Any, fn: str, *args: Any, what: str = "") -> Any:
+    """Call ``drv.fn(*args)``; raise `CudaError` on a CUresult other than success, a
+    `TecompError` if the binding itself raises. Returns the outputs (one value, a tuple of
+    several, or None)."""
+    try:
+        res = getattr(drv, fn)(*args)
+    except Exception as e:
+        pre = f"{what}: " if what else ""
+        raise TecompError(f"{pre}{fn} raised {type(e).__name__}: {e}") from e
+    code = int(res[0])
+    if code != _SUCCESS:
+        raise _raise_cuda(drv, code, fn, what)
+    if len(res) == 1:
+        return None
+    return res[1] if len(res) == 2 else tuple(res[1:])
+
+
+def _compute_capability(drv: Any, dev: Any) -> tuple[int, int]:
+    a = drv.CUdevice_attribute
+    return (int(_call(drv, "cuDeviceGetAttribute",
+                      a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)),
+            int(_call(drv, "cuDeviceGetAttribute",
+                      a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)))
+
+
+class _Active:
+    """``with device.activate():`` pushes the device's primary context on this thread."""
+
+    __slots__ = ("_dev",)
+
+    def __init__(self, dev: CudaDevice) -> None:
+        self._dev = dev
+
+    def __enter__(self) -> CudaDevice:
+        _call(self._dev.drv, "cuCtxPushCurrent", self._dev.context, what="making the context current")
+        return self._dev
+
+    def __exit__(self, typ: object, *exc: object) -> None:
+        if typ is None:
+            _call(self._dev.drv, "cuCtxPopCurrent", what="releasing the context")
+        else:  # keep the exception in flight; a dead context may fail this too
+            try:
+                self._dev.drv.cuCtxPopCurrent()
+            except Exception:
+                pass
+
+
+class CudaDevice:
+    """One GPU and its primary context (retained on first use). Get it with `get_device`."""
+
+    def __init__(self, drv: Any, ordinal: int) -> None:
+        self.drv, self.ordinal = drv, ordinal
+        self.handle = _call(drv, "cuDeviceGet", ordinal, what=f"opening CUDA device {ordinal}")
+        name = _call(drv, "cuDeviceGetName", 256, self.handle, what="reading the device name")
+        self.name = bytes(name).split(b"\0", 1)[0].decode(errors="replace")
+        self.compute_capability = _compute_capability(drv, self.handle)
+        a = drv.CUdevice_attribute
+
+        def attr(n: str) -> int:
+            return int(_call(drv, "cuDeviceGetAttribute", getattr(a, n), self.handle,
+                             what=f"reading {n}"))
+
+        self.max_threads_per_block = attr("CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK")
+        self.max_block_dim = (attr("CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X"),
+                              attr("CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y"),
+                              attr("CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z"))
+        self.max_grid_dim = (attr("CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X"),
+                             attr("CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y"),
+                             attr("CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z"))
+        self.max_shared_per_block = attr("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK")
+        self.max_shared_per_block_optin = attr("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+        self.multiprocessor_count = attr("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")
+        self.context = _call(drv, "cuDevicePrimaryCtxRetain", self.handle,
+                             what=f"retaining the primary context of device {ordinal}")
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+    def activate(self) -> _Active:
+        return _Active(self)
+
+    def synchronize(self) -> None:
+        with self.activate():
+            _call(self.drv, "cuCtxSynchronize", what=f"synchronizing device {self.ordinal}")
+
+    def __repr__(self) -> str:
+        return f"<CudaDevice {self.ordinal}: {self.name} ({self.arch})>"
+
+
+def get_device(ordinal: int = 0) -> CudaDevice:
+    """The `CudaDevice` ``ordinal`` with its primary context; raises `CudaUnavailable`."""
+    drv = _driver()
+    dev = _devices.get(ordinal)
+    if dev is not None:
+        return dev
+    with _lock:
+        dev = _devices.get(ordinal)
+        if dev is None:
+            count = int(_call(drv, "cuDeviceGetCount", what="counting CUDA devices"))
+            if not 0 <= ordinal < count:
+                raise TecompError(f"CUDA device {ordinal} requested, but this machine has "
+                                  f"{count} CUDA device{'s' if count != 1 else ''}")
+            dev = _devices[ordinal] = CudaDevice(drv, ordinal)
+    return dev
+
+
+# arrays -------------------------------------------------------------------------------------
+
+@dataclass
+class DeviceArray:
+    """What a CUDA array argument reduces to: a device pointer and its layout.
+
+    ``stream``: a producer stream to synchronize before using the memory (None: none);
+    ``device``: the device id when the producer says (DLPack), None to ask the driver;
+    ``owner``: what keeps the memory alive during the call (the object, or a DLPack capsule);
+    ``any_device``: pinned host memory, usable from every device (no device check).
+    """
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    readonly: bool = False
+    stream: int | None = None
+    device: int | None = None
+    owner: object = None
+    source: str = "__cuda_array_interface__"
+    any_device: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def standin(self) -> np.ndarray:
+        """A numpy array with this dtype/shape whose data pointer is the device pointer, for
+        `ArgChecker` (which reads only metadata and the pointer, never the data)."""
+        ptr = self.ptr
+        if ptr == 0 and self.nbytes == 0:
+            return np.empty(self.shape, self.dtype)
+        return np.asarray(_Interface({"data": (ptr, self.readonly), "shape": self.shape,
+                                      "typestr": self.dtype.str, "version": 3}))
+
+
+class _Interface:
+    def __init__(self, ai: dict[str, Any]) -> None:
+        self.__array_interface__ = ai
+
+
+_DTYPE_KINDS = "biuf"
+
+
+def _parse_dtype(typestr: object) -> np.dtype:
+    if not isinstance(typestr, str):
+        raise TypeError(f"typestr must be a string, got {typestr!r}")
+    try:
+        d = np.dtype(typestr)
+    except TypeError:
+        raise TypeError(f"unknown typestr {typestr!r}") from None
+    if d.kind not in _DTYPE_KINDS or d.fields is not None or d.subdtype is not None:
+        raise TypeError(f"typestr {typestr!r} is not a bool/int/uint/float element type")
+    if not d.isnative:
+        raise TypeError(f"typestr {typestr!r} is byte-swapped; only native byte order is supported")
+    return d
+
+
+def _check_shape(shape: object) -> tuple[int, ...]:
+    if not isinstance(shape, (tuple, list)) or not all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in shape):
+        raise TypeError(f"shape must be a tuple of non-negative ints, got {shape!r}")
+    return tuple(int(s) for s in shape)
+
+
+def _contiguous(shape: tuple[int, ...], strides: Sequence[int], itemsize: int) -> bool:
+    """C-contiguous, strides in bytes; any stride on extent-1 axes; size 0 always is."""
+    if 0 in shape:
+        return True
+    want = itemsize
+    for n, s in zip(reversed(shape), reversed(strides), strict=True):
+        if n != 1 and s != want:
+            return False
+        want *= n
+    return True
+
+
+_NOT_CONTIGUOUS = ("the CUDA array must be C-contiguous (strides {strides} for shape {shape}); "
+                   "make a contiguous copy first (cupy.ascontiguousarray, tensor.contiguous())")
+
+
+def from_cuda_array_interface(obj: object, cai: object | None = None) -> DeviceArray:
+    """Read ``obj.__cuda_array_interface__`` (versions 0-3). TypeError/ValueError say what is
+    wrong without naming the argument (the caller adds that)."""
+    if cai is None:
+        cai = obj.__cuda_array_interface__  # type: ignore[attr-defined]
+    if not isinstance(cai, Mapping):
+        raise TypeError(f"__cuda_array_interface__ must be a dict, got {type(cai).__name__}")
+    version = cai.get("version")
+    if not isinstance(version, int) or not 0 <= version <= 3:
+        raise TypeError(f"__cuda_array_interface__ version {version!r} is not supported (0-3)")
+    shape = _check_shape(cai.get("shape"))
+    dtype = _parse_dtype(cai.get("typestr"))
+    data = cai.get("data")
+    if (not isinstance(data, (tuple, list)) or len(data) != 2
+            or not isinstance(data[0], (int, np.integer)) or data[0] < 0):
+        raise TypeError(f"__cuda_array_interface__ 'data' must be (pointer, read_only), got {data!r}")
+    ptr, readonly = int(data[0]), bool(data[1])
+    if cai.get("mask") is not None:
+        raise TypeError("masked CUDA arrays (__cuda_array_interface__ 'mask') are not supported")
+    strides = cai.get("strides")
+    if strides is not None:
+        if not isinstance(strides, (tuple, list)) or len(strides) != len(shape) or not all(
+                isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in strides):
+            raise TypeError(f"__cuda_array_interface__ 'strides' must be None or {len(shape)} "
+                            f"ints, got {strides!r}")
+        if not _contiguous(shape, strides, dtype.itemsize):
+            raise ValueError(_NOT_CONTIGUOUS.format(strides=tuple(strides), shape=shape))
+    if ptr == 0 and math.prod(shape) != 0:
+        raise ValueError("__cuda_array_interface__ 'data' is a NULL pointer for a non-empty array")
+    stream = cai.get("stream") if version >= 3 else None
+    if stream is not None:
+        if not isinstance(stream, (int, np.integer)) or isinstance(stream, bool):
+            raise TypeError(f"__cuda_array_interface__ 'stream' must be None or an int, got {stream!r}")
+        stream = int(stream)
+        if stream in (0, 1, 2):  # legacy / per-thread default streams: ordered with ours
+            stream = None
+    return DeviceArray(ptr, shape, dtype, readonly, stream, None, obj)
+
+
+# DLPack (https://dmlc.github.io/dlpack/latest/c_api.html) -----------------------------------
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
+                ("dl_tensor", _DLTensor)]
+
+
+KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
+_DL_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan", 8: "Metal",
+                    9: "VPI", 10: "ROCm", 11: "ROCm host", 12: "ext_dev", 13: "CUDA managed",
+                    14: "oneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA"}
+_DL_CODES = {0: "int", 1: "uint", 2: "float", 6: "bool"}
+_DL_READ_ONLY = 1
+
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype, _capsule_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+_capsule_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_ptr.restype, _capsule_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
+def dlpack_device(obj: object) -> tuple[int, int] | None:
+    """``obj.__dlpack_device__()`` as ints, or None when the object has none."""
+    fn = getattr(obj, "__dlpack_device__", None)
+    if fn is None:
+        return None
+    dev = fn()
+    return int(dev[0]), int(dev[1])
+
+
+def from_dlpack_capsule(capsule: object, owner: object = None) -> DeviceArray:
+    """Read (without consuming) a DLPack capsule of CUDA memory.
+
+    The capsule stays "dltensor"/"dltensor_versioned", so its own destructor frees the tensor
+    once the capsule is dropped; keep it (`DeviceArray.owner`) alive while the memory is used.
+    """
+    name = _capsule_name(capsule)
+    if name == b"dltensor_versioned":
+        mt = _DLManagedTensorVersioned.from_address(_capsule_ptr(capsule, name))
+        if mt.version.major != 1:
+            raise TypeError(f"DLPack version {mt.version.major}.{mt.version.minor} is not "
+                            "supported (1.x)")
+        t, readonly = mt.dl_tensor, bool(mt.flags & _DL_READ_ONLY)
+    elif name == b"dltensor":
+        t, readonly = _DLManagedTensor.from_address(_capsule_ptr(capsule, name)).dl_tensor, False
+    else:
+        raise TypeError(f"__dlpack__ returned a capsule named {name!r}, not a DLPack tensor "
+                        "(was it consumed already?)")
+    dt_, lanes = t.dtype, t.dtype.lanes
+    kind = _DL_CODES.get(dt_.code)
+    if kind is None or lanes != 1 or dt_.bits % 8 or (kind == "bool" and dt_.bits != 8):
+        raise TypeError(f"DLPack dtype (code {dt_.code}, {dt_.bits} bits, {lanes} lanes) is not "
+                        "a bool/int/uint/float scalar type")
+    try:
+        dtype = np.dtype("bool" if kind == "bool" else f"{kind}{dt_.bits}")
+    except TypeError:
+        raise TypeError(f"DLPack dtype {kind}{dt_.bits} is not supported") from None
+    if t.ndim < 0:
+        raise TypeError(f"DLPack ndim {t.ndim} is negative")
+    shape = tuple(int(t.shape[k]) for k in range(t.ndim))
+    if any(s < 0 for s in shape):
+        raise TypeError(f"DLPack shape {shape} has a negative extent")
+    if t.strides:
+        strides = [int(t.strides[k]) * dtype.itemsize for k in range(t.ndim)]
+        if not _contiguous(shape, strides, dtype.itemsize):
+            raise ValueError(_NOT_CONTIGUOUS.format(
+                strides=tuple(s // dtype.itemsize for s in strides), shape=shape)
+                .replace("strides ", "element strides "))
+    ptr = (t.data or 0) + int(t.byte_offset)
+    if ptr == 0 and math.prod(shape) != 0:
+        raise ValueError("DLPack data is a NULL pointer for a non-empty tensor")
+    return DeviceArray(ptr, shape, dtype, readonly, None, int(t.device.device_id),
+                       (capsule, owner), "__dlpack__")
+
+
+def from_dlpack(obj: Any, device: tuple[int, int] | None = None) -> DeviceArray:
+    """Ask ``obj`` for a DLPack capsule on its CUDA device (synchronized to the legacy
+    default stream, on which tecomp launches) and read it."""
+    dev = device if device is not None else dlpack_device(obj)
+    if dev is None or dev[0] not in (KDL_CUDA, KDL_CUDA_MANAGED, KDL_CUDA_HOST):
+        where = _DL_DEVICE_NAMES.get(dev[0], f"device type {dev[0]}") if dev else "unknown"
+        raise TypeError(f"the DLPack tensor is on a {where} device, not a CUDA one")
+    try:
+        capsule = obj.__dlpack__(stream=1, max_version=(1, 0))
+    except TypeError:  # a producer older than DLPack 1.0 (no max_version)
+        capsule = obj.__dlpack__(stream=1)
+    arr = from_dlpack_capsule(capsule, obj)
+    if arr.device != dev[1]:
+        raise ValueError(f"__dlpack__ says device {arr.device}, __dlpack_device__ says {dev[1]}")
+    if dev[0] == KDL_CUDA_HOST:
+        arr.device, arr.any_device = None, True
+    return arr
+
+
+def as_device_array(obj: object) -> DeviceArray | None:
+    """The `DeviceArray` of a CUDA array argument, or None for host arguments (numpy arrays,
+    CPU DLPack tensors) and unknown objects (the checker rejects those)."""
+    if isinstance(obj, np.ndarray):
+        return None
+    try:
+        cai = obj.__cuda_array_interface__  # type: ignore[attr-defined]
+    except AttributeError:  # e.g. torch raises it for CPU tensors
+        cai = None
+    if cai is not None:
+        return from_cuda_array_interface(obj, cai)
+    if hasattr(obj, "__dlpack__"):
+        dev = dlpack_device(obj)
+        if dev is not None and dev[0] != KDL_CPU:
+            return from_dlpack(obj, dev)
+    return None
+
+
+# kernels ------------------------------------------------------------------------------------
+
+def _image_bytes(image: str | bytes | bytearray | memoryview) -> bytes:
+    if isinstance(image, str):
+        return image.encode() + b"\0"
+    data = bytes(image)
+    if data[:4] == b"\x7fELF" or data[:4] == b"\x50\xed\x55\xba":  # cubin, fatbin
+        return data
+    return data if data.endswith(b"\0") else data + b"\0"  # PTX must be NUL-terminated
+
+
+class CudaModule:
+    """A PTX text or cubin/fatbin image for one device; loaded into the device's primary
+    context on first use (constructing one needs no GPU).
+
+    >>> mod = CudaModule(ptx)                                               # doctest: +SKIP
+    >>> k = mod.kernel("add_one", [ParamSpec("A", "float32", ("n",)),
+    ...                            ParamSpec("B", "float32", ("n",), output=True)], ["n"],
+    ...                launch={"blockIdx.x": "(n + 127) // 128", "threadIdx.x": 128})
+    >>> k(a, b)                                                             # doctest: +SKIP
+    """
+
+    def __init__(self, image: str | bytes | bytearray | memoryview, device: int = 0) -> None:
+        self.image = _image_bytes(image)
+        self.device_ordinal = device
+        self._handle: Any = None
+        self._device: CudaDevice | None = None
+        self._functions: dict[str, Any] = {}
+        self._kernels: dict[str, CudaKernel] = {}
+
+    @property
+    def is_ptx(self) -> bool:
+        return self.image[:4] not in (b"\x7fELF", b"\x50\xed\x55\xba")
+
+    def get_source(self) -> str:
+        """The PTX text (ValueError for a binary image)."""
+        if not self.is_ptx:
+            raise ValueError("this module was loaded from a binary image (cubin/fatbin), not PTX")
+        return self.image.rstrip(b"\0").decode()
+
+    # driver side
+    def load(self) -> CudaDevice:
+        """Load the image now (else on the first launch); returns its device."""
+        if self._handle is not None:
+            return self._device  # type: ignore[return-value]
+        dev = get_device(self.device_ordinal)
+        with _lock:
+            if self._handle is None:
+                with dev.activate():
+                    what = (f"loading a {'PTX' if self.is_ptx else 'cubin'} module on device "
+                            f"{dev.ordinal} ({dev.name}, {dev.arch})")
+                    self._handle = _call(dev.drv, "cuModuleLoadData", self.image, what=what)
+                self._device = dev
+        return dev
+
+    def get_function(self, name: str) -> Any:
+        """The driver's ``CUfunction`` for the ``.entry`` named ``name``."""
+        fn = self._functions.get(name)
+        if fn is None:
+            dev = self.load()
+            with dev.activate():
+                fn = _call(dev.drv, "cuModuleGetFunction", self._handle, name.encode(),
+                           what=f"looking up kernel '{name}' in the module")
+            self._functions[name] = fn
+        return fn
+
+    def kernel(self, name: str, params: Sequence[ParamSpec], dims: Sequence[str] = (),
+               launch: Mapping[str, int | str] | None = None, shared_mem: int = 0,
+               check_overlap: bool = True) -> CudaKernel:
+        """Describe (and register under ``name``) the ``.entry name``; see `CudaKernel`."""
+        k = CudaKernel(self, name, params, dims, launch or {}, shared_mem, check_overlap)
+        self._kernels[name] = k
+        return k
+
+    def kernel_for(self, spec: KernelSpec, launch: Mapping[str, int | str],
+                   shared_mem: int = 0) -> CudaKernel:
+        """`kernel` from a `KernelSpec` (e.g. ``KernelSpec.of(primfunc)``); ``launch`` as in
+        `launch_spec_of`."""
+        return self.kernel(spec.name, spec.params, spec.dims, launch, shared_mem,
+                           spec.check_overlap)
+
+    def __getitem__(self, name: str) -> CudaKernel:
+        try:
+            return self._kernels[name]
+        except KeyError:
+            raise KeyError(f"no kernel {name!r} in this CUDA module; it has "
+                           f"{', '.join(self._kernels) or 'none described'}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._kernels
+
+    @property
+    def function_names(self) -> list[str]:
+        return list(self._kernels)
+
+    def __del__(self) -> None:
+        handle, dev = getattr(self, "_handle", None), getattr(self, "_device", None)
+        if handle is None or dev is None or sys.is_finalizing():
+            return
+        try:
+            with dev.activate():
+                dev.drv.cuModuleUnload(handle)
+        except Exception:
+            pass  # a dead context (after a fault) or a driver already torn down
+
+    def __repr__(self) -> str:
+        kind = "PTX" if self.is_ptx else "cubin"
+        return f"<tecomp.CudaModule {kind}, {len(self.image)} bytes, device {self.device_ordinal}>"
+
+
+def launch_spec_of(launch: Mapping[str, Any], dim_names: Mapping[Any, str]) -> dict[str, int | str]:
+    """A ``launch`` dict of `CudaModule.kernel` from a GPU PrimFunc's ``attrs["launch"]``
+    (tag -> Expr over dim vars); ``dim_names`` maps each dim Var to its name in the spec
+    (``dict(zip(func.dim_vars, KernelSpec.of(func).dims))``)."""
+    from ..ir import expr as E  # noqa: N812
+    from .args import _py_expr
+
+    out: dict[str, int | str] = {}
+    for tag, e in launch.items():
+        out[tag] = e.value if isinstance(e, E.IntImm) else (
+            int(e) if isinstance(e, int) else _py_expr(e, dict(dim_names)))
+    return out
+
+
+@dataclass
+class PreparedCall:
+    """Checked arguments of one call, before any driver work.
+
+    ``host[i]``: the host array to copy in (None for a device argument); ``device[i]``: the
+    `DeviceArray` used in place (None for a host one); ``dims``: the int64 dim values;
+    ``grid``/``block``/``shared_mem``: the launch shape and dynamic shared memory bytes.
+    """
+
+    host: list[np.ndarray | None]
+    device: list[DeviceArray | None]
+    dims: tuple[int, ...]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int = 0
+
+
+class CudaKernel:
+    """A GPU kernel ``k(*arrays)`` with tecomp's calling convention (buffers, then int64
+    dims), launched with the grid/block that ``launch`` gives for the call's dims."""
+
+    def __init__(self, module: CudaModule, name: str, params: Sequence[ParamSpec],
+                 dims: Sequence[str] = (), launch: Mapping[str, int | str] | None = None,
+                 shared_mem: int = 0, check_overlap: bool = True) -> None:
+        self.module, self.name = module, name
+        self.checker = ArgChecker(name, params, dims, check_overlap)
+        if not isinstance(shared_mem, int) or shared_mem < 0:
+            raise ValueError(f"kernel {name}: shared_mem must be a non-negative int, got {shared_mem!r}")
+        self.shared_mem = shared_mem
+        self.launch_spec: dict[str, int | str] = dict(launch or {})
+        self._extents: list[int | CodeType] = []
+        for tag in LAUNCH_TAGS:
+            v = self.launch_spec.get(tag, 1)
+            if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0:
+                self._extents.append(int(v))
+            elif isinstance(v, str) and _SHAPE_EXPR.match(v):
+                self._extents.append(compile(v, f"<launch extent {tag} of {name}>", "eval"))
+            else:
+                raise ValueError(f"kernel {name}: launch extent of {tag} must be a non-negative "
+                                 f"int or an expression over dim names, got {v!r}")
+        unknown = set(self.launch_spec) - set(LAUNCH_TAGS)
+        if unknown:
+            raise ValueError(f"kernel {name}: unknown launch tags {sorted(unknown)}; expected "
+                             f"some of {', '.join(LAUNCH_TAGS)}")
+        self._n_args = len(self.checker.params) + len(self.checker.dim_names)
+        self._smem_optin = 0
+
+    @property
+    def params(self) -> tuple[ParamSpec, ...]:
+        return self.checker.params
+
+    @property
+    def dim_names(self) -> tuple[str, ...]:
+        return self.checker.dim_names
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.params)
+        return f"<tecomp.CudaKernel {self.name}({sig})>"
+
+    # argument side (no driver) ---------------------------------------------------------------
+    def launch_dims(self, dims: Sequence[int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """``(grid, block)`` for dim values ``dims`` (in `dim_names` order)."""
+        env = dict(zip(self.checker.dim_names, dims, strict=True))
+        vals = []
+        for tag, e in zip(LAUNCH_TAGS, self._extents, strict=True):
+            v = e if isinstance(e, int) else eval(e, _SHAPE_NS, env)
+            if not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"kernel {self.name}: launch extent of {tag} "
+                                 f"({self.launch_spec[tag]}) is {v!r} for {env}")
+            vals.append(int(v))
+        return (vals[0], vals[1], vals[2]), (vals[3], vals[4], vals[5])
+
+    def prepare(self, *args: object) -> PreparedCall:
+        """Check ``args`` like a call does (same errors as the CPU runtime) and classify them
+        as host arrays (copied) or device arrays (used in place); needs no GPU."""
+        chk = self.checker
+        if len(args) != len(chk.params):
+            raise chk._count_error(len(args))
+        standins: list[object] = []
+        device: list[DeviceArray | None] = []
+        for i, a in enumerate(args):
+            info: DeviceArray | None = None
+            if not isinstance(a, np.ndarray):
+                if not hasattr(a, "__dlpack__") and not hasattr(a, "__cuda_array_interface__"):
+                    raise TypeError(
+                        f"{chk._who(i)}: expected a numpy array or a CUDA array (an object "
+                        "with __cuda_array_interface__ or __dlpack__: cupy, numba, torch), "
+                        f"got {type(a).__name__}")
+                try:
+                    info = as_device_array(a)
+                except (TypeError, ValueError) as e:
+                    raise type(e)(f"{chk._who(i)}: {e}") from None
+                except (BufferError, RuntimeError) as e:  # raised by the producer
+                    raise TypeError(f"{chk._who(i)}: cannot use it as a CUDA array: "
+                                    f"{type(e).__name__}: {e}") from None
+            device.append(info)
+            standins.append(info.standin() if info is not None else a)
+        arrays, cargs = chk.convert(standins)
+        host: list[np.ndarray | None] = [None if d is not None else arrays[i]
+                                         for i, d in enumerate(device)]
+        dims = tuple(int(d) for d in cargs[len(arrays):])
+        grid, block = self.launch_dims(dims)
+        return PreparedCall(host, device, dims, grid, block, self.shared_mem)
+
+    # driver side ---------------------------------------------------------------------------
+    def __call__(self, *args: object) -> None:
+        """Run the kernel on ``args`` and wait for it; host outputs are copied back."""
+        self._run(self.prepare(*args))
+
+    def launch(self, *args: object, grid: Sequence[int], block: Sequence[int],
+               shared_mem: int | None = None) -> None:
+        """Run on ``args`` with an explicit grid/block (each 1-3 extents) and dynamic shared
+        memory (default: the kernel's), instead of what ``launch`` gives."""
+        call = self.prepare(*args)
+        call.grid, call.block = _dim3(grid, "grid"), _dim3(block, "block")
+        if shared_mem is not None:
+            if not isinstance(shared_mem, int) or shared_mem < 0:
+                raise ValueError(f"shared_mem must be a non-negative int, got {shared_mem!r}")
+            call.shared_mem = shared_mem
+        self._run(call)
+
+    def _run(self, call: PreparedCall) -> None:
+        dev, fn = self._function()
+        with dev.activate():
+            bound = _Bound(self, dev, call)
+            try:
+                bound.copy_in()
+                if self._ready(dev, fn, call):
+                    self._launch(dev, fn, call, bound.params_address)
+                    _call(dev.drv, "cuStreamSynchronize", 0, what=self._what("running", call))
+                bound.copy_out()
+            finally:
+                bound.free()
+
+    def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0,
+                       warmup: int = 1) -> Callable[..., BenchmarkResult]:
+        """A function that times this kernel on given arguments with CUDA events.
+
+        Host arrays are copied to the device once (outputs back at the end); each repeat
+        records an event, launches the kernel ``number`` times back to back, records another
+        and reads the time between them (seconds per launch; the events' resolution is about
+        0.5 us). A repeat shorter than ``min_repeat_ms`` grows ``number`` and is redone, as in
+        the CPU runtime. ``warmup`` launches run first, untimed. An empty launch (a zero grid
+        extent) times as 0.
+
+        >>> k.time_evaluator(number=100, repeat=5)(a, b).median                # doctest: +SKIP
+        """
+        if number < 1 or repeat < 1:
+            raise ValueError("number and repeat must be at least 1")
+
+        def evaluate(*args: object) -> BenchmarkResult:
+            call = self.prepare(*args)
+            dev, fn = self._function()
+            drv = dev.drv
+            what = self._what("timing", call)
+            n = number
+            results: list[float] = []
+            with dev.activate():
+                bound = _Bound(self, dev, call)
+                events: list[Any] = []
+                try:
+                    bound.copy_in()
+                    addr = bound.params_address
+                    if not self._ready(dev, fn, call):
+                        results = [0.0] * repeat
+                    for _ in range(warmup if not results else 0):
+                        self._launch(dev, fn, call, addr)
+                    _call(drv, "cuStreamSynchronize", 0, what=what)
+                    if not results:
+                        for _ in range(2):
+                            events.append(_call(drv, "cuEventCreate", 0,
+                                                what="creating a CUDA event"))
+                    while len(results) < repeat:
+                        start, end = events
+                        _call(drv, "cuEventRecord", start, 0, what=what)
+                        for _ in range(n):
+                            self._launch(dev, fn, call, addr)
+                        _call(drv, "cuEventRecord", end, 0, what=what)
+                        _call(drv, "cuEventSynchronize", end, what=what)
+                        ms = float(_call(drv, "cuEventElapsedTime", start, end, what=what))
+                        if ms < min_repeat_ms:
+                            per_call = max(ms / n, 1e-6)
+                            n = max(int(math.ceil(min_repeat_ms / per_call * 1.2)), n * 2)
+                            continue
+                        results.append(ms / 1e3 / n)
+                    bound.copy_out()
+                finally:
+                    for ev in events:
+                        drv.cuEventDestroy(ev)
+                    bound.free()
+            return BenchmarkResult(tuple(results), n)
+
+        return evaluate
+
+    def _function(self) -> tuple[CudaDevice, Any]:
+        try:
+            fn = self.module.get_function(self.name)
+        except CudaUnavailable as e:
+            raise CudaUnavailable(e.kind, f"cannot run CUDA kernel '{self.name}': {e}") from None
+        return self.module._device, fn  # type: ignore[return-value]
+
+    def _what(self, doing: str, call: PreparedCall) -> str:
+        return (f"{doing} kernel {self.name} (grid {call.grid}, block {call.block}, "
+                f"{call.shared_mem} B dynamic shared memory)")
+
+    def _ready(self, dev: CudaDevice, fn: Any, call: PreparedCall) -> bool:
+        """Check the launch shape against the device once per call; False: nothing to launch."""
+        grid, block, smem = call.grid, call.block, call.shared_mem
+        if 0 in grid or 0 in block:
+            return False  # an empty launch: nothing to compute (the driver would reject it)
+        pre = f"kernel {self.name} on {dev.name} ({dev.arch})"
+        if math.prod(block) > dev.max_threads_per_block:
+            raise TecompError(f"{pre}: block {block} has {math.prod(block)} threads; the device "
+                              f"allows {dev.max_threads_per_block} per block")
+        for ax, g, m in zip("xyz", grid, dev.max_grid_dim, strict=True):
+            if g > m:
+                raise TecompError(f"{pre}: grid extent {g} on {ax} exceeds the device's {m}")
+        for ax, b, m in zip("xyz", block, dev.max_block_dim, strict=True):
+            if b > m:
+                raise TecompError(f"{pre}: block extent {b} on {ax} exceeds the device's {m}")
+        if smem > dev.max_shared_per_block_optin:
+            raise TecompError(f"{pre}: {smem} B of dynamic shared memory requested; the device "
+                              f"allows {dev.max_shared_per_block_optin} B per block")
+        if smem > dev.max_shared_per_block and smem > self._smem_optin:
+            # above the default 48 KB a kernel must opt in (static + dynamic <= the opt-in max)
+            _call(dev.drv, "cuFuncSetAttribute", fn,
+                  dev.drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                  smem, what=self._what("opting in to dynamic shared memory for", call))
+            self._smem_optin = smem
+        return True
+
+    def _launch(self, dev: CudaDevice, fn: Any, call: PreparedCall, params_address: int) -> None:
+        _call(dev.drv, "cuLaunchKernel", fn, *call.grid, *call.block, call.shared_mem, 0,
+              params_address, 0, what=self._what("launching", call))
+
+
+def _dim3(v: Sequence[int], what: str) -> tuple[int, int, int]:
+    t = tuple(int(x) for x in v)
+    if not 1 <= len(t) <= 3 or any(x < 0 for x in t):
+        raise ValueError(f"{what} must be 1 to 3 non-negative extents, got {tuple(v)}")
+    return (t + (1, 1))[:3]  # type: ignore[return-value]
+
+
+class _Bound:
+    """Device memory and the kernelParams array of one call (inside an active context)."""
+
+    def __init__(self, kernel: CudaKernel, dev: CudaDevice, call: PreparedCall) -> None:
+        self.kernel, self.dev, self.call = kernel, dev, call
+        self.buffers: list[Any] = []  # CUdeviceptr allocations to free
+        self.ptrs: list[int] = [0] * len(call.host)
+        drv = dev.drv
+        for i, d in enumerate(call.device):
+            if d is None:
+                continue
+            self.ptrs[i] = d.ptr
+            if d.ptr and not d.any_device:
+                self._check_device(i, d)
+            if d.stream is not None:
+                _call(drv, "cuStreamSynchronize", d.stream,
+                      what=f"waiting for the producer stream of {kernel.checker._who(i)}")
+        self._values: Any = None
+        self._pointers: Any = None
+
+    def _check_device(self, i: int, d: DeviceArray) -> None:
+        who = self.kernel.checker._who(i)
+        if d.device is not None:
+            ordinal = d.device
+        else:
+            drv = self.dev.drv
+            try:
+                res = drv.cuPointerGetAttribute(
+                    drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d.ptr)
+            except Exception as e:
+                raise TecompError(f"{who}: cannot query its pointer: {e}") from e
+            if int(res[0]) != _SUCCESS:
+                raise ValueError(f"{who}: {hex(d.ptr)} from {d.source} is not CUDA memory "
+                                 f"({_describe(drv, int(res[0]))})")
+            ordinal = int(res[1])
+        if ordinal != self.dev.ordinal:
+            raise ValueError(f"{who} is on CUDA device {ordinal}, but kernel {self.kernel.name} "
+                             f"runs on device {self.dev.ordinal}")
+
+    def copy_in(self) -> None:
+        drv, what = self.dev.drv, f"copying arguments of kernel {self.kernel.name} to the device"
+        for i, h in enumerate(self.call.host):
+            if h is None or h.nbytes == 0:
+                continue
+            dptr = _call(drv, "cuMemAlloc", h.nbytes, what=f"allocating {h.nbytes} B for "
+                         f"{self.kernel.checker._who(i)}")
+            self.buffers.append(dptr)
+            self.ptrs[i] = int(dptr)
+            _call(drv, "cuMemcpyHtoD", dptr, h.ctypes.data, h.nbytes, what=what)
+        n = self.kernel._n_args
+        vals = self.ptrs + [d & 0xFFFFFFFFFFFFFFFF for d in self.call.dims]
+        self._values = (ctypes.c_uint64 * max(n, 1))(*vals)
+        base = ctypes.addressof(self._values)
+        self._pointers = (ctypes.c_void_p * max(n, 1))(*[base + 8 * k for k in range(n)])
+
+    @property
+    def params_address(self) -> int:
+        return ctypes.addressof(self._pointers) if self.kernel._n_args else 0
+
+    def copy_out(self) -> None:
+        drv = self.dev.drv
+        what = f"copying outputs of kernel {self.kernel.name} back to the host"
+        for i, h in enumerate(self.call.host):
+            if h is not None and h.nbytes and self.kernel.params[i].output:
+                _call(drv, "cuMemcpyDtoH", h.ctypes.data, self.ptrs[i], h.nbytes, what=what)
+
+    def free(self) -> None:
+        for b in self.buffers:
+            try:
+                self.dev.drv.cuMemFree(b)
+            except Exception:
+                pass
+        self.buffers.clear()
+
+
+__all__ = ["CudaDevice", "CudaError", "CudaKernel", "CudaModule", "CudaUnavailable",
+           "DeviceArray", "PreparedCall", "as_device_array", "cuda_available",
+           "from_cuda_array_interface", "from_dlpack", "from_dlpack_capsule", "get_device",
+           "launch_spec_of"]
