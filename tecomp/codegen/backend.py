@@ -53,6 +53,8 @@ class Artifact:
     uses_openmp: bool = False
     oob_record: str | None = None
     debug_buffers: tuple[str, ...] = ()
+    # GPU: the final lowered kernels (what the emulator runs; their launch extents)
+    funcs: tuple[PrimFunc, ...] = ()
 
     @property
     def debug(self) -> bool:
@@ -139,15 +141,60 @@ class CPUBackend(Backend):
                              obj=art.binary)
 
 
+class CUDABackend(Backend):
+    """NVIDIA GPUs: LLVM IR for nvptx64 through llvmlite, PTX that the driver loads; the
+    lowered kernels travel along for `tecomp.runtime.gpu_emulator`."""
+
+    kind = "cuda"
+
+    def codegen(self, funcs: Sequence[PrimFunc], target: Target, debug: bool = False,
+                name: str | None = None) -> Artifact:
+        from ..runtime.args import KernelSpec
+        from .llvm_nvptx import CodegenNVPTX
+
+        if not funcs:
+            raise TecompError("codegen needs at least one PrimFunc")
+        if debug:
+            raise TecompError("debug=True (bounds-checked kernels) is a CPU build option; on a cuda "
+                              "target the emulator checks every access: f.emulate(*arrays)")
+        cg = CodegenNVPTX(target)
+        for f in funcs:
+            cg.add_function(f)
+        return Artifact(target, tuple(KernelSpec.of(f) for f in funcs), str(cg.module),
+                        funcs=tuple(funcs))
+
+    def compile(self, art: Artifact) -> Artifact:
+        from .llvm_nvptx import emit_ptx
+
+        if art.binary is not None:
+            return art
+        return dataclasses.replace(art, binary=emit_ptx(art.source, art.target).encode())
+
+    def load(self, art: Artifact) -> Module:
+        from ..runtime.gpu_module import GpuModule
+
+        return GpuModule(self.compile(art))  # type: ignore[return-value]
+
+    def export(self, art: Artifact, path: str | os.PathLike[str],
+               provenance: Mapping[str, Any] | None = None,
+               kernel_provenance: Mapping[str, Mapping[str, Any]] | None = None,
+               linker: str | None = None, libs: Sequence[str] = ()) -> LibraryFiles:
+        raise TecompError("exporting cuda kernels as a library (PTX + cubins + manifest) is not "
+                          "built yet; get the PTX with f.get_source('ptx')")
+
+
 _CPU = CPUBackend()
+_CUDA = CUDABackend()
 
 
 def backend_for(target: str | Target | None) -> Backend:
-    """The backend of ``target``'s kind (``"llvm ..."``: `CPUBackend`)."""
+    """The backend of ``target``'s kind (``"llvm ..."``: `CPUBackend`, ``"cuda ..."``:
+    `CUDABackend`)."""
     t = Target.parse(target)
-    if t.kind == CPUBackend.kind:
-        return _CPU
+    for b in (_CPU, _CUDA):
+        if t.kind == b.kind:
+            return b
     raise TecompError(f"no backend for targets of kind {t.kind!r} ({t})")
 
 
-__all__ = ["Artifact", "Backend", "CPUBackend", "backend_for"]
+__all__ = ["Artifact", "Backend", "CPUBackend", "CUDABackend", "backend_for"]

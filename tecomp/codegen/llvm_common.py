@@ -241,8 +241,13 @@ MATH_NAMES: frozenset[str] = frozenset(
 
 def _libm_call(b: ir.IRBuilder, name: str, args: list[ir.Value], el: str) -> ir.Value:
     """Call the scalar libm function per lane (``erff`` for float32, ``erf`` for float64)."""
+    return call_per_lane(b, name + ("f" if el == "float32" else ""), args, el)
+
+
+def call_per_lane(b: ir.IRBuilder, sym: str, args: list[ir.Value], el: str) -> ir.Value:
+    """Call the scalar function ``sym`` (of element type ``el``) on each lane of vector
+    ``args`` (or once on scalars) and gather the results."""
     sty = llvm_type(el)
-    sym = name + ("f" if el == "float32" else "")
     fn = declare(b.module, sym, ir.FunctionType(sty, [sty] * len(args)))
     t = args[0].type
     if not isinstance(t, ir.VectorType):
@@ -329,6 +334,6 @@ def emit_math_call(b: ir.IRBuilder, name: str, args: list[ir.Value], arg_dtypes:
 
 __all__ = [
     "I1", "I32", "I64", "I8", "MATH_NAMES", "PTR", "VOID", "call_intrinsic", "cast", "const",
-    "declare", "emit_math_call", "float_to_int_sat", "intrinsic", "llvm_type", "mangle", "opaque",
+    "call_per_lane", "declare", "emit_math_call", "float_to_int_sat", "intrinsic", "llvm_type", "mangle", "opaque",
     "splat", "to_i64",
 ]

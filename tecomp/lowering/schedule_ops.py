@@ -278,6 +278,13 @@ class Lowering:
             # virtual threads are serial copies of the body (TVM interleaves them for
             # performance; the values computed are the same)
             return For(iv.var, const(0), ext, ForKind.UNROLLED, body, ann)
+        if iv.kind == IterVarKind.REDUCE:
+            # every thread would add into the same output element: a race, unless the
+            # lowering builds a cross-thread reduction (partials in shared memory, a tree)
+            raise ScheduleError(
+                f"stage {st.name}: reduction axis '{iv.name}' is bound to {tag}; cross-thread "
+                "reductions are not supported yet: bind only spatial axes, and reduce within "
+                "each thread (rfactor + a second stage can split a long reduction)")
         if tag not in THREAD_TAGS:
             raise ScheduleError(f"stage {st.name}: axis '{iv.name}' is bound to unknown thread tag "
                                 f"{tag!r}; use one of {', '.join(THREAD_TAGS)} or 'vthread'")

@@ -43,7 +43,8 @@ def test_target_parsing() -> None:
     with pytest.raises(TecompError, match="unknown target option"):
         Target.parse("llvm -mfoo=bar")
     with pytest.raises(TecompError, match="unsupported target"):
-        Target.parse("cuda")
+        Target.parse("rocm")
+    assert Target.parse("cuda").is_gpu and not Target.parse("cuda").is_host
 
 
 def test_cross_target_codegen_and_object_emission() -> None:

@@ -8,8 +8,8 @@ import pytest
 import tecomp as tc
 from tecomp import te
 from tecomp.errors import LoweringError, ScheduleError, TecompError
-from tecomp.ir.stmt import Allocate, For, ForKind, is_barrier, thread_tag
 from tecomp.ir.functor import StmtVisitor
+from tecomp.ir.stmt import Allocate, For, ForKind, is_barrier, thread_tag
 
 
 class _Collect(StmtVisitor):
@@ -185,6 +185,18 @@ def test_gpu_schedule_errors_name_the_problem() -> None:
     s[B].bind(xo, te.thread_axis("blockIdx.x"))
     s[B].bind(xi, te.thread_axis((0, 32), "threadIdx.x"))
     with pytest.raises(ScheduleError, match="extent 64 but is bound to threadIdx.x declared with extent 32"):
+        tc.lower(s, [A, B], target="cuda")
+
+
+def test_a_thread_bound_reduction_axis_is_refused_not_raced() -> None:
+    A = te.placeholder((8, 256), name="A")
+    k = te.reduce_axis((0, 256), name="k")
+    B = te.compute((8,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=64)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match="reduction axis 'k.inner' is bound to threadIdx.x"):
         tc.lower(s, [A, B], target="cuda")
 
 

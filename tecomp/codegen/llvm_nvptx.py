@@ -1,0 +1,431 @@
+"""LLVM IR and PTX for NVIDIA GPUs: lowered GPU `PrimFunc`s -> ``nvptx64-nvidia-cuda`` -> PTX.
+
+The input is the GPU kernel IR contract of docs/gpu-ir.md. Each PrimFunc becomes one kernel
+
+    define ptx_kernel void @name(ptr noalias align 16 %A, ..., i64 %n, ...) "nvvm.maxntid"="T"
+
+with buffers in ``params`` order, then one i64 per ``dim_vars`` entry (the CPU's argument order),
+``T`` the product of the threadIdx launch extents. Buffers are generic pointers: LLVM's NVPTX
+argument lowering and address-space inference turn accesses through kernel arguments into
+``ld.global``/``st.global`` (``ld.global.nc`` for read-only noalias inputs) and accesses to
+shared arrays into ``ld.shared``. Parameters are declared 16-byte aligned (the runtime must pass
+such pointers; cudaMalloc gives 256), so LLVM proves ``ld.global.v4`` alignment wherever the
+index allows it.
+
+* THREAD_BINDING loops read ``llvm.nvvm.read.ptx.sreg.{tid,ctaid}.{x,y,z}``; a loop whose
+  extent is not the launch extent of its tag runs under ``if var < extent``. A barrier under
+  such a threadIdx guard is rejected: threads beyond the extent would never reach it.
+* ``Allocate`` of scope "shared": an internal ``addrspace(3)`` array (16-byte aligned, constant
+  size); "local": an ``alloca``. Static shared memory above the arch's 48 KB is rejected
+  (ptxas does not check it).
+* ``syncthreads`` -> ``llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)`` (``bar.sync 0``).
+* math -> libdevice (`tecomp.codegen.libdevice`).
+* An integer division by a zero divisor sets the module's ``__tecomp_error`` (global i32,
+  `ErrorCode.DIV_BY_ZERO`) and divides by 1; the runtime reads and clears it after a launch.
+
+`emit_ptx` verifies, links libdevice, optimises (O3) and emits PTX. Before LLVM sees the module
+every intrinsic it declares is checked against `INTRINSICS` for the arch: an intrinsic the
+arch lacks makes LLVM abort the whole process ("Cannot select"), a misspelled one turns into an
+unresolved ``.extern .func`` that only ptxas would notice; both are TecompErrors here.
+
+>>> cg = CodegenNVPTX(Target.parse("cuda -arch=sm_80")); cg.add_function(f)   # doctest: +SKIP
+>>> ptx = emit_ptx(cg.module, cg.target)                                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from dataclasses import dataclass
+from typing import ClassVar
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..errors import CodegenError, TecompError
+from ..ir import dtype as dt
+from ..ir import expr as E  # noqa: N812
+from ..ir import stmt as S  # noqa: N812
+from ..ir.structural import structural_equal
+from .libdevice import emit_gpu_math_call, link_libdevice, needs_libdevice
+from .llvm_base import CodegenLLVM, const_elements
+from .llvm_common import I32, I64, PTR, VOID, cast, declare, llvm_type, opaque
+from .target import Target
+
+ERROR_GLOBAL = "__tecomp_error"
+SHARED_ALIGN = 16  # bytes: the widest access (float4) of a shared array
+PARAM_ALIGN = 16  # bytes promised for every buffer argument (at most the buffer's own align)
+
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z")
+_SREG = {"blockIdx": "ctaid", "threadIdx": "tid"}
+
+
+# ---- which intrinsics each arch has ------------------------------------------------------------
+@dataclass(frozen=True)
+class Needs:
+    """What an intrinsic needs: a minimum compute capability, and maybe the arch-specific
+    feature set (``sm_90a``: wgmma, setmaxnreg...)."""
+
+    cc: tuple[int, int] = (0, 0)
+    arch_specific: bool = False
+
+
+# Generic LLVM intrinsics the NVPTX backend lowers on every supported arch (each checked with
+# LLVM 22 for sm_75, sm_80, sm_90, sm_90a, scalar and vector forms). Notably absent:
+# llvm.exp/log/pow/sin/cos (abort: "Cannot select"; use libdevice) and llvm.exp2
+# (approximate ex2.approx).
+_GENERIC = frozenset({
+    "abs", "assume", "ceil", "copysign", "ctlz", "ctpop", "cttz", "expect", "fabs", "floor",
+    "fma", "fmuladd", "fptosi.sat", "fptoui.sat", "lifetime.end", "lifetime.start",
+    "masked.gather", "masked.load", "masked.scatter", "masked.store", "maximum", "maxnum",
+    "memcpy", "memmove", "memset", "minimum", "minnum", "nearbyint", "prefetch", "rint",
+    "round", "roundeven", "smax", "smin", "sqrt", "trunc", "umax", "umin",
+    "vector.reduce.add", "vector.reduce.and", "vector.reduce.fadd", "vector.reduce.fmax",
+    "vector.reduce.fmin", "vector.reduce.fmul", "vector.reduce.mul", "vector.reduce.or",
+    "vector.reduce.smax", "vector.reduce.smin", "vector.reduce.umax", "vector.reduce.umin",
+    "vector.reduce.xor",
+})
+# NVVM intrinsics by name (a trailing "." matches a family); what codegen emits now plus the
+# families of the later tensor-core/async-copy work (docs: /work/shared/gpu-facts.md).
+INTRINSICS: dict[str, Needs] = {
+    "nvvm.read.ptx.sreg.tid.": Needs(), "nvvm.read.ptx.sreg.ntid.": Needs(),
+    "nvvm.read.ptx.sreg.ctaid.": Needs(), "nvvm.read.ptx.sreg.nctaid.": Needs(),
+    "nvvm.read.ptx.sreg.laneid": Needs(), "nvvm.read.ptx.sreg.warpsize": Needs(),
+    "nvvm.barrier.cta.sync.aligned.all": Needs(), "nvvm.barrier0": Needs(),
+    "nvvm.shfl.sync.": Needs((7, 0)),
+    "nvvm.ldmatrix.sync.aligned.": Needs((7, 5)),
+    "nvvm.mma.m16n8k16.": Needs((8, 0)),
+    "nvvm.cp.async.": Needs((8, 0)),  # sm_75: LLVM aborts
+    "nvvm.mbarrier.": Needs((8, 0)),
+    "nvvm.wgmma.": Needs((9, 0), arch_specific=True),  # sm_90 without "a": LLVM aborts
+}
+_DECLARE = re.compile(r'^declare\b[^@\n]*@"?(llvm\.[A-Za-z0-9_.$]+)"?\s*\(', re.M)
+_EXTERN = re.compile(r"\.extern\s+\.func\b[^;]*?([A-Za-z_$.][\w$.]*)\s*\(", re.S)
+
+
+def _lookup(name: str) -> Needs | None:
+    """The requirement of ``llvm.<name>``; None when no table entry covers it."""
+    short = name[len("llvm."):]
+    for key, needs in INTRINSICS.items():
+        if short.startswith(key) if key.endswith(".") else short == key:
+            return needs
+    if not short.startswith("nvvm."):
+        for base in _GENERIC:
+            if short == base or short.startswith(base + "."):
+                return Needs()
+    return None
+
+
+def check_intrinsics(ir_text: str, target: Target) -> None:
+    """Raise TecompError for an intrinsic ``target``'s arch lacks or nobody knows.
+
+    Runs on the IR text, before LLVM parses it: LLVM itself would abort the process.
+    """
+    gpu = target.gpu
+    for name in sorted(set(_DECLARE.findall(ir_text))):
+        needs = _lookup(name)
+        if needs is None:
+            what = "NVVM intrinsic" if name.startswith("llvm.nvvm.") else "intrinsic"
+            raise TecompError(
+                f"unknown {what} {name!r}: tecomp's table of intrinsics the NVPTX backend can "
+                "lower does not list it (misspelled? math functions go through libdevice)")
+        if gpu.compute_capability < needs.cc or (needs.arch_specific and not gpu.arch.endswith("a")):
+            want = f"sm_{needs.cc[0]}{needs.cc[1]}" + ("a" if needs.arch_specific else "")
+            raise TecompError(f"intrinsic {name!r} needs {want} or newer, but the target is "
+                              f"{target}: LLVM cannot generate it for {gpu.arch}")
+
+
+def check_ptx(ptx: str) -> None:
+    """Reject PTX calling functions nobody defines (LLVM emits a misspelled intrinsic as one)."""
+    for name in _EXTERN.findall(ptx):
+        if name.startswith("llvm."):
+            raise TecompError(f"the PTX calls the undefined function {name}: LLVM did not know "
+                              "this intrinsic (misspelled, or not in this LLVM version)")
+        raise TecompError(f"the PTX calls the undefined function {name!r} (an extern function "
+                          "that no linked library defines)")
+
+
+# ---- target machine and PTX emission -----------------------------------------------------------
+_init_lock = threading.Lock()
+
+
+@functools.cache
+def _init_nvptx() -> None:
+    # Not llvm.initialize() (an error in llvmlite 0.50); the native target is initialised
+    # separately by llvm_jit, and initialising all targets is idempotent.
+    with _init_lock:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+
+
+@functools.lru_cache(maxsize=16)
+def nvptx_target_machine(target: Target) -> llvm.TargetMachine:
+    """The (cached) NVPTX TargetMachine of a cuda target: cpu = the arch, features = PTX ISA."""
+    if not target.is_gpu:
+        raise TecompError(f"target '{target}' is not a cuda target")
+    _init_nvptx()
+    return llvm.Target.from_triple(target.triple).create_target_machine(
+        cpu=target.cpu, features=target.features, opt=3)
+
+
+def emit_ptx(module_or_ir_text: ir.Module | str, target: Target) -> str:
+    """PTX for an LLVM module (llvmlite ``ir.Module`` or IR text) and a cuda ``target``.
+
+    Checks intrinsics (`check_intrinsics`), verifies, links libdevice when a kernel calls
+    ``__nv_*``, runs the O3 pipeline and emits PTX, which `check_ptx` then checks.
+    """
+    text = str(module_or_ir_text)
+    check_intrinsics(text, target)
+    tm = nvptx_target_machine(target)
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as e:
+        raise CodegenError(f"internal error: generated LLVM IR is invalid: {e}") from None
+    mod.triple = target.triple
+    mod.data_layout = str(tm.target_data)
+    if needs_libdevice(mod):
+        link_libdevice(mod, tm)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    ptx = tm.emit_assembly(mod)
+    check_ptx(ptx)
+    return ptx
+
+
+# ---- code generation ---------------------------------------------------------------------------
+@dataclass
+class KernelInfo:
+    """What the runtime needs to know about a generated kernel beyond its signature."""
+
+    name: str
+    launch: dict[str, E.Expr]  # tag -> launch extent (tags not listed: 1)
+    threads: int  # threads per block (product of the threadIdx extents)
+    shared_bytes: int  # static shared memory, bytes
+    param_align: list[int]  # bytes each buffer argument's address must be a multiple of
+
+
+class CodegenNVPTX(CodegenLLVM):
+    """Generates one ``nvptx64-nvidia-cuda`` LLVM module from lowered GPU PrimFuncs.
+
+    ``kernels`` describes each generated kernel (`KernelInfo`); ``error_global`` names the i32
+    device global a kernel sets to a nonzero `ErrorCode` (integer division by zero).
+    """
+
+    backend_name: ClassVar[str] = "NVPTX"
+
+    def __init__(self, target: Target, debug: bool = False, module_name: str = "tecomp") -> None:
+        if not target.is_gpu:
+            raise CodegenError(f"CodegenNVPTX needs a cuda target, got '{target}'")
+        if debug:
+            raise CodegenError("bounds-checked (debug) builds are not supported for cuda targets "
+                               "yet; use f.emulate(...) to find out-of-bounds accesses")
+        super().__init__(target, debug, module_name)
+        self.kernels: dict[str, KernelInfo] = {}
+        self.error_global = ERROR_GLOBAL
+        self._launch: dict[str, E.Expr] = {}
+        self._sregs: dict[str, ir.Value] = {}
+        self._guards: list[str] = []  # threadIdx loops whose guard encloses the current code
+        self._smem = 0
+        self._n_shared = 0
+
+    def data_layout(self) -> str:
+        return str(nvptx_target_machine(self.target).target_data)
+
+    # function frame -------------------------------------------------------------------------
+    def add_function(self, func: S.PrimFunc) -> ir.Function:
+        """Generate ``func`` (docs/gpu-ir.md) as a ``ptx_kernel`` of the module."""
+        self.check_kernel(func)
+        launch, threads = self._launch_extents(func)
+        self._launch, self._sregs, self._guards, self._smem = launch, {}, [], 0
+        nb = len(func.params)
+        fnty = ir.FunctionType(VOID, [PTR] * nb + [I64] * len(func.dim_vars))
+        fn = ir.Function(self.module, fnty, func.name)
+        fn.calling_convention = "ptx_kernel"
+        fn.attributes.add("nounwind")
+        # llvmlite only knows valueless attributes; AttributeSet is a set of strings.
+        set.add(fn.attributes, f'"nvvm.maxntid"="{threads}"')
+        self.name_params(func, fn)
+        # The alignment promised for each buffer; LLVM derives vector access alignment from it.
+        align = [min(PARAM_ALIGN, max(buf.align, buf.itemsize)) for buf in func.params]
+        for arg, a in zip(fn.args, align, strict=False):
+            arg.attributes.align = a
+        self.begin_function(fn, err=None, in_parallel=False)
+        self.bind_params(func, fn)
+        self.stmt(func.body)
+        self.b.ret_void()
+        self.end_function()
+        limit = self.target.gpu.static_smem
+        if self._smem > limit:
+            raise CodegenError(f"kernel {func.name} declares {self._smem} bytes of shared memory; "
+                               f"{self.target.gpu.arch} allows {limit} bytes of static shared "
+                               "memory per block")
+        self.kernels[func.name] = KernelInfo(func.name, launch, threads, self._smem, align)
+        return fn
+
+    def _launch_extents(self, func: S.PrimFunc) -> tuple[dict[str, E.Expr], int]:
+        launch = func.attrs.get("launch")
+        if not isinstance(launch, dict):
+            raise CodegenError(f"GPU kernel {func.name} has no attrs['launch'] (a dict from "
+                               "'blockIdx.x'/'threadIdx.x'... to launch extents)")
+        gpu = self.target.gpu
+        threads = 1
+        for tag, ext in launch.items():
+            if tag not in THREAD_TAGS:
+                raise CodegenError(f"kernel {func.name}: unknown launch tag {tag!r}; expected one "
+                                   f"of {', '.join(THREAD_TAGS)}")
+            axis = "xyz".index(tag[-1])
+            if tag.startswith("threadIdx"):
+                if not isinstance(ext, E.IntImm) or ext.value < 1:
+                    raise CodegenError(f"kernel {func.name}: the launch extent of {tag} must be a "
+                                       f"positive constant, got {ext}")
+                if ext.value > gpu.max_block_dims[axis]:
+                    raise CodegenError(f"kernel {func.name}: {tag} extent {ext.value} exceeds "
+                                       f"{gpu.max_block_dims[axis]} on {gpu.arch}")
+                threads *= ext.value
+            elif isinstance(ext, E.IntImm) and not 1 <= ext.value <= gpu.max_grid_dims[axis]:
+                raise CodegenError(f"kernel {func.name}: {tag} extent {ext.value} is outside "
+                                   f"[1, {gpu.max_grid_dims[axis]}]")
+        if threads > gpu.max_threads_per_block:
+            raise CodegenError(f"kernel {func.name} launches {threads} threads per block; "
+                               f"{gpu.arch} allows {gpu.max_threads_per_block}")
+        return dict(launch), threads
+
+    def new_error_slot(self, entry: ir.IRBuilder) -> ir.Value:
+        g = self.module.globals.get(ERROR_GLOBAL)
+        if g is None:
+            g = ir.GlobalVariable(self.module, I32, ERROR_GLOBAL, addrspace=1)
+            g.type = ir.PointerType(addrspace=1)  # llvmlite would print a typed pointer
+            g.initializer = ir.Constant(I32, 0)
+            g.align = 4
+        # A generic pointer like every other buffer; unused casts are deleted by the optimiser.
+        return entry.addrspacecast(g, PTR, name="err")
+
+    # statements -----------------------------------------------------------------------------
+    def parallel_for(self, s: S.For) -> bool:
+        raise CodegenError(f"loop '{s.var.name}' is PARALLEL, which GPU kernels do not have; bind "
+                           "it to blockIdx/threadIdx instead")
+
+    def _sreg(self, tag: str) -> ir.Value:
+        """The hardware index of ``tag`` (i32), read once per kernel in the entry block."""
+        v = self._sregs.get(tag)
+        if v is None:
+            kind, axis = tag.split(".")
+            fn = declare(self.module, f"llvm.nvvm.read.ptx.sreg.{_SREG[kind]}.{axis}",
+                         ir.FunctionType(I32, []))
+            v = self.st.entry.call(fn, [], name=tag.replace(".", "_"))
+            self._sregs[tag] = v
+        return v
+
+    def thread_binding_for(self, s: S.For) -> None:
+        tag = S.thread_tag(s)
+        if tag not in THREAD_TAGS:
+            raise CodegenError(f"loop '{s.var.name}' is THREAD_BINDING with tag {tag!r}; expected "
+                               f"one of {', '.join(THREAD_TAGS)}")
+        launch = self._launch.get(tag, E.IntImm(1, "int32"))
+        need_guard = not self._covers(s, tag, launch)
+        b = self.b
+        idx = cast(b, self._sreg(tag), "int32", s.var.dtype)
+        lo = self.expr(s.min)
+        var = idx if _is_zero(s.min) else b.add(idx, cast(b, lo, s.min.dtype, s.var.dtype))
+        prev = self.bind_var(s.var, var)
+        if need_guard:
+            ext = cast(b, self.expr(s.extent), s.extent.dtype, s.var.dtype)
+            guarded = tag.startswith("threadIdx")
+            if guarded:
+                self._guards.append(f"{s.var.name} < {s.extent} ({tag} launches {launch})")
+            with b.if_then(b.icmp_signed("<", idx, ext)):
+                self.stmt(s.body)
+            if guarded:
+                self._guards.pop()
+        else:
+            self.stmt(s.body)
+        self.unbind_var(s.var, prev)
+
+    def _covers(self, s: S.For, tag: str, launch: E.Expr) -> bool:
+        """Whether every index the launch gives ``tag`` is inside the loop (no guard needed)."""
+        if isinstance(s.extent, E.IntImm) and isinstance(launch, E.IntImm):
+            if s.extent.value > launch.value:
+                raise CodegenError(f"loop '{s.var.name}' bound to {tag} has extent {s.extent.value}"
+                                   f" but the kernel launches {launch.value}: iterations would "
+                                   "never run")
+            return s.extent.value == launch.value
+        return bool(structural_equal(s.extent, launch))
+
+    def _allocate(self, s: S.Allocate) -> None:
+        buf = s.buffer
+        memty = llvm_type(dt.element(buf.dtype), memory=True)
+        n = const_elements(buf)
+        if buf.scope not in ("shared", "local"):
+            raise CodegenError(f"buffer '{buf.name}' of scope {buf.scope!r} cannot be allocated "
+                               "inside a GPU kernel; use scope 'shared' or 'local'")
+        if n is None:
+            raise CodegenError(
+                f"{buf.scope} buffer '{buf.name}' has the non-constant shape "
+                f"({', '.join(map(str, buf.shape))}): {buf.scope} memory in a GPU kernel must have "
+                "a size known at compile time")
+        arrty = ir.ArrayType(memty, max(n, 1))
+        if buf.scope == "shared":
+            # One array per block in shared memory; a generic pointer to it is what the memory
+            # code uses, and address-space inference turns its accesses into ld/st.shared.
+            self._n_shared += 1
+            name = re.sub(r"\W", "_", f"{self.st.fn.name}_{buf.name}_shared{self._n_shared}")
+            g = ir.GlobalVariable(self.module, arrty, name, addrspace=3)
+            g.type = ir.PointerType(addrspace=3)
+            g.linkage = "internal"
+            g.align = SHARED_ALIGN
+            g.initializer = ir.Constant(arrty, ir.Undefined)  # shared memory has no initializer
+            nbytes = max(n, 1) * dt.itemsize(buf.dtype)
+            self._smem += -(-nbytes // SHARED_ALIGN) * SHARED_ALIGN
+            ptr = self.st.entry.addrspacecast(g, PTR, name=buf.name)
+        else:
+            # Per thread; SROA keeps constant-indexed arrays in registers.
+            ptr = opaque(self.st.entry.alloca(arrty, name=buf.name))
+            ptr.align = SHARED_ALIGN
+        self.bind_buffer(buf, ptr, None)
+        self.stmt(s.body)
+        del self.st.bufs[buf.data]
+
+    # expressions ----------------------------------------------------------------------------
+    def target_call(self, e: E.Call) -> ir.Value | None:
+        if e.name != S.BARRIER:
+            return None
+        if self._guards:
+            raise CodegenError(
+                f"barrier inside the guard {self._guards[-1]}: threads outside the loop's extent "
+                "would never reach it (a divergent __syncthreads); move the barrier out of the "
+                "loop or make its extent the launch extent")
+        fn = declare(self.module, "llvm.nvvm.barrier.cta.sync.aligned.all",
+                     ir.FunctionType(VOID, [I32]))
+        self.b.call(fn, [ir.Constant(I32, 0)])
+        return ir.Constant(I32, 0)
+
+    def extern_call(self, e: E.Call) -> ir.Value:
+        if not e.name.startswith("__nv_"):
+            raise CodegenError(f"extern function {e.name!r} cannot be called from a GPU kernel "
+                               "(only libdevice's __nv_* functions are linked)")
+        return super().extern_call(e)
+
+    def math_call(self, name: str, args: list[ir.Value], dtypes: list[str],
+                  ret_dtype: str) -> ir.Value:
+        return emit_gpu_math_call(self.b, name, args, dtypes, ret_dtype)
+
+
+def _is_zero(e: E.Expr) -> bool:
+    return isinstance(e, E.IntImm) and e.value == 0
+
+
+def codegen_nvptx(funcs: list[S.PrimFunc], target: Target,
+                  module_name: str = "tecomp") -> CodegenNVPTX:
+    """Generate the module holding ``funcs`` (``.module``; ``.kernels`` describes them)."""
+    cg = CodegenNVPTX(target, module_name=module_name)
+    for f in funcs:
+        cg.add_function(f)
+    return cg
+
+
+__all__ = ["ERROR_GLOBAL", "INTRINSICS", "CodegenNVPTX", "KernelInfo", "Needs", "check_intrinsics",
+           "check_ptx", "codegen_nvptx", "emit_ptx", "nvptx_target_machine"]

@@ -1,0 +1,181 @@
+"""A built cuda module: its kernels run on an NVIDIA GPU, or emulated on the CPU anywhere.
+
+``tc.build(s, args, target="cuda")`` returns a `GpuModule`. Each kernel (`GpuFunction`):
+
+* ``f(*arrays)`` launches it on the GPU through the driver (`tecomp.runtime.cuda`): numpy
+  arrays are copied to the device and back, device arrays (``__cuda_array_interface__`` /
+  ``__dlpack__``: torch, cupy, pycuda) are used in place. Without a GPU the call raises a
+  `TecompError` that says why and points at ``emulate``; with ``TECOMP_CUDA_EMULATE=1`` in the
+  environment every call emulates instead.
+* ``f.emulate(*numpy_arrays, seed=0)`` runs the final lowered GPU program on the CPU with
+  block/thread/barrier semantics and the race detector (`tecomp.runtime.gpu_emulator`).
+* ``f.get_source("ptx" | "ll")`` and ``f.resources`` (ptxas's report: registers, spills,
+  shared memory; None with ``f.resources_why`` when ptxas is not installed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import TecompError
+from ..ir.stmt import PrimFunc
+from .args import ArgChecker, KernelSpec
+from .cpu import BenchmarkResult, KernelSet
+
+if TYPE_CHECKING:
+    from ..codegen.backend import Artifact
+
+
+def _emulating() -> bool:
+    return os.environ.get("TECOMP_CUDA_EMULATE", "") not in ("", "0")
+
+
+class GpuFunction:
+    """One kernel of a `GpuModule` (see the module docstring)."""
+
+    def __init__(self, module: GpuModule, spec: KernelSpec, func: PrimFunc) -> None:
+        self.module = module
+        self.name = spec.name
+        self.spec = spec
+        self.func = func
+        self.checker = ArgChecker(spec.name, spec.params, spec.dims, spec.check_overlap)
+        self._kernel: Any = None
+        self._resources: Any = None
+        self.resources_why = ""
+
+    @property
+    def params(self) -> tuple[Any, ...]:
+        return self.spec.params
+
+    @property
+    def launch(self) -> dict[str, Any]:
+        """Grid and block extents by thread tag (expressions over the symbolic dims)."""
+        return dict(self.func.attrs.get("launch") or {})
+
+    def emulate(self, *arrays: np.ndarray, seed: int = 0, race_check: bool = True) -> None:
+        """Run the kernel on the CPU on numpy ``arrays`` (outputs written in place), with GPU
+        semantics, bounds checks and the race detector; ``seed`` shuffles block and thread
+        order (a race-free kernel gives the same result for every seed)."""
+        from .gpu_emulator import emulate
+
+        self.checker.convert(arrays)  # the same argument checks and messages as a real call
+        emulate(self.func, *arrays, seed=seed, race_check=race_check)
+
+    def _device_kernel(self) -> Any:
+        if self._kernel is None:
+            from .cuda import launch_spec_of
+
+            dims = dict(zip(self.func.dim_vars, self.spec.dims))
+            self._kernel = self.module.cuda_module().kernel_for(self.spec, launch_spec_of(self.launch, dims))
+        return self._kernel
+
+    def __call__(self, *arrays: Any) -> None:
+        if _emulating():
+            self.emulate(*arrays)
+            return
+        from .cuda import CudaUnavailable, cuda_available
+
+        kernel = self._device_kernel()
+        ok, why = cuda_available()
+        if not ok:
+            kernel.prepare(*arrays)  # wrong arguments are reported as such first
+            raise CudaUnavailable("no-gpu", f"cannot run cuda kernel {self.name}: {why}. Run it on the "
+                                  f"CPU with {self.name}.emulate(*numpy_arrays), or set "
+                                  "TECOMP_CUDA_EMULATE=1 to make every call emulate")
+        kernel(*arrays)
+
+    def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0) -> Any:
+        """Times device launches with CUDA events (`BenchmarkResult`); needs a GPU."""
+        if _emulating():
+            raise TecompError(f"{self.name}: TECOMP_CUDA_EMULATE is set; emulated runs are not timed "
+                              "(their times say nothing about the GPU)")
+        return self._device_kernel().time_evaluator(number=number, repeat=repeat,
+                                                    min_repeat_ms=min_repeat_ms)
+
+    def get_source(self, fmt: str = "ptx") -> str:
+        """``"ptx"`` (what the driver loads), ``"ll"`` (LLVM IR as generated) or ``"tir"``
+        (the final lowered loop nest, what ``emulate`` runs)."""
+        if fmt == "ptx":
+            return self.module.ptx
+        if fmt in ("ll", "llvm"):
+            return self.module.artifact.source
+        if fmt == "tir":
+            return str(self.func)
+        raise ValueError(f"unknown source format {fmt!r}; expected 'ptx', 'll' or 'tir'")
+
+    @property
+    def resources(self) -> Any:
+        """ptxas's report for this kernel for the module's arch (registers, spills, shared
+        memory, stack); None when ptxas is not installed (``resources_why`` says so)."""
+        if self._resources is None and not self.resources_why:
+            from ..codegen.ptxas import PtxasMissing, ptxas_resources
+
+            try:
+                report = ptxas_resources(self.module.ptx, self.module.target.cpu)
+            except PtxasMissing as e:
+                self.resources_why = str(e)
+                return None
+            self._resources = report[self.name] if isinstance(report, Mapping) else report
+        return self._resources
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.params)
+        return f"<tecomp.GpuFunction {self.name}({sig}) {self.module.target}>"
+
+
+class GpuModule(KernelSet):
+    """Kernels compiled together for one GPU target (one PTX module)."""
+
+    _where = "this cuda module"
+
+    def __init__(self, artifact: Artifact) -> None:
+        if artifact.binary is None:
+            raise TecompError("a cuda module is made from a compiled artifact (Backend.compile)")
+        self.artifact = artifact
+        self.target = artifact.target
+        self.ptx = artifact.binary.decode()
+        self._cuda: Any = None
+        self._functions = {}  # type: ignore[assignment]
+        for spec, func in zip(artifact.kernels, artifact.funcs):
+            self._functions[spec.name] = GpuFunction(self, spec, func)  # type: ignore[assignment]
+        self.entry_name = artifact.kernels[0].name if len(artifact.kernels) == 1 else None
+
+    def cuda_module(self) -> Any:
+        """The driver-side module (loaded on the first launch)."""
+        if self._cuda is None:
+            from .cuda import CudaModule
+
+            self._cuda = CudaModule(self.ptx)
+        return self._cuda
+
+    def emulate(self, *arrays: np.ndarray, seed: int = 0, race_check: bool = True) -> None:
+        """`GpuFunction.emulate` of the module's only kernel."""
+        self._entry().emulate(*arrays, seed=seed, race_check=race_check)
+
+    def _entry(self) -> GpuFunction:
+        return self.entry_func  # type: ignore[return-value]
+
+    @property
+    def resources(self) -> Any:
+        """`GpuFunction.resources` of the module's only kernel."""
+        return self._entry().resources
+
+    def get_source(self, fmt: str = "ptx") -> str:
+        """``"ptx"`` of the whole module, ``"ll"``, or ``"tir"`` of its only kernel."""
+        return self._entry().get_source(fmt) if fmt == "tir" else GpuFunction.get_source(
+            self._entry(), fmt)
+
+    def export_library(self, path: str | os.PathLike[str], **options: Any) -> Any:
+        from ..codegen.backend import backend_for
+
+        return backend_for(self.target).export(self.artifact, path, **options)
+
+    def __repr__(self) -> str:
+        return f"<tecomp.GpuModule [{', '.join(self._functions)}] target='{self.target}'>"
+
+
+__all__ = ["BenchmarkResult", "GpuFunction", "GpuModule"]
