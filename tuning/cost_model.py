@@ -1,11 +1,12 @@
 """Cost models: rank candidates before measuring them.
 
 The search asks a model to order thousands of candidates and measures only the best few, so
-what matters is the *order* within a task, not the predicted seconds: `XGBModel` trains a
-gradient-boosted ranker (``rank:pairwise``) on the features of measured candidates, labelled
-with their throughput relative to the task's best (failures get 0), one query group per task,
-and is retrained after every measured batch. `RandomModel` scores at random: the search then
-degrades to random sampling, the baseline the learned model must beat.
+what matters is the *order* within a task, not the predicted seconds: `XGBModel` trains
+gradient-boosted trees on the features of measured candidates, labelled with their throughput
+relative to the task's best (by default a regression on its log; ``rank:pairwise`` with one
+query group per task on request), and is retrained after every measured batch. `RandomModel`
+scores at random: with ``tune(cost_model="random")`` the search is plain random sampling, the
+baseline the learned model must beat.
 
 >>> model = XGBModel(seed=0)                      # doctest: +SKIP
 >>> model.update(inputs, results)                 # measured MeasureInputs and MeasureResults
@@ -91,14 +92,11 @@ class XGBModel(CostModel):
     - ``"pairwise"``: XGBoost's ``rank:pairwise`` with a query group per task, on relative
       throughput, each candidate paired with 32 random others of its task.
 
-    Held-out pairwise accuracy after 112 training records (`benchmarks/cost_model_eval.py`,
-    matmul/conv2d/softmax): regression 0.68/0.74/0.93 and pairwise 0.66/0.72/0.87 on one set
-    of logs; on an older set regression 0.65/0.73/0.91 and 0.56/0.63/0.70 for pairwise with
-    XGBoost's default pair sampling (pairs with a group's top 32 only), used before. The
-    cache-tier traffic features (`tuning.features`) left that held-out figure where it was
-    (regression 0.66/0.69/0.92 before and after, on another set). They raised the accuracy that
-    guides a search: a model trained on the first t records of a guided run, ranking the rest
-    of that run, 0.678 -> 0.695 over 36 runs and t = 16..96.
+    Regression is the default because it ranked held-out candidates at least as well as
+    pairwise on every workload `benchmarks/cost_model_eval.py` grades (matmul, conv2d,
+    softmax). The figures, and what the cache-tier traffic features changed (held-out
+    accuracy: nothing; ranking within a guided run: a little better), are in
+    docs/benchmark-notes.md.
     """
 
     def __init__(self, seed: int = 0, features: FeatureCache | None = None, rounds: int = 80,
@@ -174,10 +172,10 @@ class XGBModel(CostModel):
         if rank:
             # every candidate paired with 32 random others of its task: XGBoost's default
             # ("topk") trains only on pairs with the group's 32 best, which grows worse as a
-            # group grows (held-out pairwise accuracy 0.70 -> 0.86 on softmax at 112 records)
+            # group grows (docs/benchmark-notes.md)
             params.update(lambdarank_pair_method="mean", lambdarank_num_pair_per_sample=32)
         # One thread by default: the data is small (hundreds of rows), and OpenMP threads
-        # that spin-wait for a core another process holds make training 10x slower.
+        # that spin-wait for a core another process holds make training many times slower.
         params["nthread"] = self.n_threads
         self.booster = xgb.train(params, dtrain, num_boost_round=self.rounds)
 

@@ -57,8 +57,8 @@ if TYPE_CHECKING:
 N_BUFFERS = 5
 # Six, not three: softmax has seven stores of about the same weight (the reductions' inits
 # and updates, exp, the division), and with three the vectorization and unrolling of the
-# stages left out were invisible -- 23 of 128 records of a guided run had the features of an
-# earlier, different record.
+# stages left out were invisible: different candidates of a guided run got identical feature
+# vectors (docs/benchmark-notes.md).
 N_STORES = 6
 CACHE_LINE = 64
 OPS = ("f_addsub", "f_mul", "f_div", "f_minmax", "f_cmp", "f_math", "select", "int_ops", "cast")

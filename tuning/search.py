@@ -169,14 +169,12 @@ class EvolutionarySearch:
         # the model's best fresh samples: exploration the model still guides. The evolved
         # candidates are mostly mutants of the elites, and a model trained on them knows that
         # basin best, so without this share a search can stay in the first basin it found
-        # (conv2d: 1.04 ms for 7 batches while random search found 0.73 ms elsewhere). The
-        # pool is large (``fresh_pool``) because screening is where a model beats chance: its
-        # top 8 of 128 unseen random samples hold the best of them at 95-100% of its speed on
-        # matmul and softmax (benchmarks/cost_model_eval.py). With 56 samples and at most 2
-        # picks per batch (a trial that shrank the share as the budget was spent), matmul seed
-        # 3 spent 100 trials in one 6.5-7.5 ms basin; with 192 and 3, every seed of matmul
-        # ended within 8% of the best known schedule. The samples are also the evolution's
-        # first population, so its parents are the model's picks of a wider draw.
+        # while better ones exist elsewhere. The pool is large (``fresh_pool``) because
+        # screening is where a model beats chance: its top few of many unseen random samples
+        # usually hold one close to the best of them (benchmarks/cost_model_eval.py), and a
+        # smaller pool with fewer picks let searches spend most of their budget in one basin.
+        # Figures: docs/benchmark-notes.md. The samples are also the evolution's first
+        # population, so its parents are the model's picks of a wider draw.
         for _, c in sorted(fresh_scored, key=lambda t: -t[0]):
             if len(batch) >= n_fresh:
                 break
@@ -188,7 +186,7 @@ class EvolutionarySearch:
         # every sketch keeps a voice: the best-scored candidate of each sketch the model left
         # out. A model trained on a few early batches ranks whole structures low after a few
         # bad annotations of them, and would never measure the good ones (softmax's fused
-        # sketch: random search found 0.9 ms there while the model stayed at 1.4-1.8 ms).
+        # sketch held schedules the model never tried; docs/benchmark-notes.md).
         present = {c.sketch for c in batch.values()}
         for _, c in ranked_pool:
             if len(batch) >= n - n_rand:
@@ -202,8 +200,8 @@ class EvolutionarySearch:
             batch.setdefault(c.key, c)
         # the eps-greedy share, model-free: global random samples, or random one-knob
         # mutants of the best measured candidate. The model ranks a basin's neighbours by what
-        # it learnt there and can stay blind to the one move out (conv2d seed 0: 97 trials
-        # around 28-lane vectors at 0.85 ms, one factor move from 56 lanes)
+        # it learnt there and can stay blind to the one move out (e.g. one tile factor moved
+        # to double the vector width; docs/benchmark-notes.md)
         best = self.best(1)
         n_local = sum(self.rng.random() < opt.local_prob for _ in range(n - len(batch))) if best else 0
         if n_local:

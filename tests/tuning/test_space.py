@@ -9,7 +9,7 @@ import tuning_workloads as wl
 import tecomp as tc
 from tuning import SearchTask
 from tuning.features import N_FEATURES, extract_features
-from tuning.space import Candidate, SearchSpace, factorizations, mutate_tile, sample_tile
+from tuning.space import Candidate, SearchSpace, _Mutate, factorizations, mutate_tile, sample_tile
 from tuning.steps import CacheReadStep, CacheWriteStep, ComputeInlineStep, RfactorStep
 
 
@@ -101,21 +101,85 @@ def test_packed_panels_are_correct(sketch: int, where: int) -> None:
     assert unpacked is not None and not any(isinstance(st, CacheReadStep) for st in unpacked.steps)
 
 
-def test_sampling_is_seeded_and_mutation_changes_one_knob() -> None:
+def test_sampling_is_seeded_and_mutation_moves_a_knob() -> None:
     space = SearchSpace(SearchTask(wl.matmul, (64, 64, 64)))
     a = [space.sample(np.random.default_rng(3)) for _ in range(2)]
     assert a[0] == a[1] and a[0] is not None
+    parent = a[0]
     rng = np.random.default_rng(4)
-    for _ in range(10):
-        m = space.mutate(a[0], rng)
-        assert m is not None and m.sketch == a[0].sketch
-        changed = [k for k, v in m.params if dict(a[0].params).get(k) != v]
-        assert len(changed) <= 1
-        x = space.crossover(a[0], m, rng)
+    n, moved, one_knob, new_schedule = 60, 0, 0, 0
+    for _ in range(n):
+        m = space.mutate(parent, rng)
+        assert m is not None and m.sketch == parent.sketch
+        changed = [k for k, v in m.params if parent.param_dict.get(k) != v]
+        moved += bool(changed)
+        one_knob += len(changed) == 1
+        new_schedule += m.key != parent.key
+        x = space.crossover(parent, m, rng)
         assert x is not None
         # replaying a candidate's knobs without a Generator gives the same steps
         again = space.instantiate(m.sketch, dict(m.params))
         assert again is not None and again.key == m.key
+    # Not every mutant differs (see test_a_mutated_knob_moves_unless_it_has_one_value): a knob
+    # with a single valid value cannot move, a moved knob may force a dependent one to be
+    # redrawn, and two values of a knob may give one schedule (a pack level clamped to the
+    # same loop). With this seeded draw, 59 of the 60 mutants moved exactly one knob and gave
+    # a new schedule.
+    assert moved >= 0.9 * n and one_knob >= 0.9 * n and new_schedule >= 0.9 * n, \
+        (moved, one_knob, new_schedule)
+
+
+def _extents(task: SearchTask) -> dict[str, int]:
+    """Tile knob name (``"C/S1"``, ``"conv/R0"``) -> the extent of the axis it tiles."""
+    out: dict[str, int] = {}
+    todo = [t.op for t in task.tensors]
+    while todo:
+        op = todo.pop()
+        for kind, axes in (("S", getattr(op, "axis", [])), ("R", getattr(op, "reduce_axis", []))):
+            for d, iv in enumerate(axes):
+                out[f"{op.name}/{kind}{d}"] = int(iv.dom.extent.value)
+        todo += [t.op for t in op.input_tensors]
+    return out
+
+
+@pytest.mark.parametrize("func,args", [(wl.matmul, (64, 64, 64)), (wl.conv2d, (1, 3, 8, 8, 4, 3, 3, 1)),
+                                       (wl.softmax, (6, 40))], ids=["matmul", "conv2d", "softmax"])
+def test_a_mutated_knob_moves_unless_it_has_one_value(func, args) -> None:  # type: ignore[no-untyped-def]
+    """What `SearchSpace.mutate` guarantees for the knob it picks: a choice with several valid
+    values always moves to another one, and a tile whose factors divide the axis always moves
+    a factor between levels. A knob whose value the rest of the candidate pins (an
+    ``unroll_tile`` too big to unroll, ``at``/``vec``/``par`` fixed by an at-outer sketch, the
+    tile of an axis of extent 1) stays, so that mutant equals its parent; a tile with a tail
+    is redrawn and may come back the same."""
+    task = SearchTask(func, args)
+    space = SearchSpace(task)
+    extents = _extents(task)
+    movable = pinned = 0
+    for seed in range(3):
+        parent = space.sample(np.random.default_rng(seed))
+        assert parent is not None
+        p = parent.param_dict
+        for key, old in p.items():
+            mutants = [space.instantiate(parent.sketch, {**p, key: _Mutate(old)}, np.random.default_rng(t))
+                       for t in range(8)]
+            assert all(m is not None for m in mutants)
+            moved = [m.param_dict[key] != old for m in mutants if m is not None]
+            if isinstance(old, tuple):
+                ext = extents[key]
+                if ext % int(np.prod(old)) == 0 and ext > 1:
+                    assert all(moved), (key, old, moved)
+                elif ext == 1:
+                    assert not any(moved), (key, old, moved)
+                continue
+            assert all(moved) or not any(moved), (key, old, moved)  # never "sometimes"
+            if any(moved):
+                movable += 1
+            else:
+                pinned += 1
+                assert key.split("/")[1] in ("unroll_tile", "at", "vec", "par"), (key, old)
+    assert movable > 0
+    if func is wl.matmul:
+        assert pinned <= 3  # only unroll_tile, and not in every candidate
 
 
 def test_tile_sampling() -> None:
