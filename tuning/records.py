@@ -359,13 +359,14 @@ def summarize(records: Sequence[Record]) -> dict[str, int]:
     return out
 
 
-def load_tasks(path: str) -> list[SearchTask]:
+def load_tasks(path: str, strict: bool = True) -> list[SearchTask]:
     """The tasks of a log, in the order they first appear, rebuilt from the computation the
     log carries (or, for older logs and templates, by importing their workloads by name).
 
     How a later process -- one that cannot import the notebook or script that declared the
     workloads -- gets tasks to apply: ``for t in load_tasks(log): t.apply_best(log)``.
-    Raises `TuningError` naming the tasks that cannot be rebuilt here.
+    Raises `TuningError` naming the tasks that cannot be rebuilt here (``strict=False``:
+    skips them with a warning).
     """
     if not os.path.exists(path):
         raise TuningError(f"tuning log {path!r} does not exist")
@@ -376,11 +377,14 @@ def load_tasks(path: str) -> list[SearchTask]:
     for r in first.values():
         task, reason = r.task_or_why()
         if task is None:
-            why.append(f"{r.workload}{tuple(r.args)}: {reason}")
+            why.append(f"{r.extra.get('name') or r.workload}{'' if r.extra.get('name') else tuple(r.args)}: {reason}")
         else:
             out.append(task)
     if why:
-        raise TuningError(f"{path}: cannot rebuild {len(why)} task(s) here: " + "; ".join(why))
+        msg = f"{path}: cannot rebuild {len(why)} task(s) here: " + "; ".join(why)
+        if strict:
+            raise TuningError(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
     return out
 
 
@@ -396,7 +400,7 @@ def apply_best(log: str, task: SearchTask | str | None = None) -> tuple[Any, lis
     """
     if isinstance(task, SearchTask):
         return task.apply_best(log)
-    tasks = load_tasks(log)
+    tasks = load_tasks(log, strict=task is None)
     if task is not None:
         named = [t for t in tasks if t.name == task]
         if not named:

@@ -133,3 +133,19 @@ def test_model_quality_lines_do_not_disturb_measurements(tmp_path: Path) -> None
     assert json.loads(log.read_text().splitlines()[2])["kind"] == "model_quality"
     assert best_record(str(log), task).steps == BETTER
     assert load_model_quality(str(tmp_path / "missing.jsonl")) == []
+
+
+def test_apply_best_by_log_and_task_name(tmp_path: Path) -> None:
+    import tuning
+
+    a, b = SearchTask(wl.matmul, (16, 8, 16)), SearchTask(wl.matmul, (16, 8, 32))
+    log = tmp_path / "two.jsonl"
+    _write(log, a, [(GOOD, _ok(2e-3)), (BETTER, _ok(1e-3))])
+    _write(log, b, [(GOOD, _ok(2e-3))])
+    with pytest.raises(tuning.TuningError, match=r"holds 2 tasks; name one: 'matmul\(16, 8, 16\)'"):
+        tuning.apply_best(str(log))
+    with pytest.raises(tuning.TuningError, match="no task named 'conv'"):
+        tuning.apply_best(str(log), "conv")
+    s, args = tuning.apply_best(str(log), "matmul(16, 8, 16)")
+    assert ", 1, 4)]" in str(tc.lower(s, args))  # BETTER's schedule
+    assert [t.name for t in tuning.load_tasks(str(log))] == ["matmul(16, 8, 16)", "matmul(16, 8, 32)"]
