@@ -20,6 +20,8 @@ _LAZY = {
     "Function": "cpu", "BenchmarkResult": "cpu",
     "ParamSpec": "args",
     "LibraryFiles": "export",
+    "GpuModule": "gpu_module", "GpuFunction": "gpu_module",
+    "cuda_available": "cuda",
 }
 
 
