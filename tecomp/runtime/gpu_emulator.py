@@ -15,6 +15,12 @@ How it runs (`gpu_simt` has the details):
     until the last thread is done, thread loops narrower than the launch only for their threads;
   * a barrier must be reached by every thread of the block: one reached while some are masked
     off is a `BarrierDivergenceError` that names the barrier's enclosing statements;
+  * warp shuffles, ``Call(dtype, "shfl_xor_sync", (mask, value, lane_mask, width))`` with
+    CUDA's ``__shfl_xor_sync`` semantics (lane = linear thread id % 32, x fastest; the source
+    lane is ``lane ^ lane_mask``, one in a later segment of ``width`` lanes gives the caller's
+    own value): every lane the member mask names must execute it, in a complete warp, else a
+    `ShuffleDivergenceError` names the statement, the warp and the inactive or missing lanes.
+    They read registers, so the race detector does not see them;
   * every global, shared and local access is bounds-checked: an `IndexError` names the buffer,
     the index, the thread and the block;
   * with ``race_check`` (default), `gpu_race.RaceError` reports two threads that touch one
@@ -33,10 +39,11 @@ statement order: threads run in lockstep, so within a barrier region every threa
 statement before any starts the next, and ``if``/``else`` run the ``then`` side first. A kernel
 whose result depends on another interleaving is racy, and the race detector reports it.
 
-Limitations: no warp-level semantics (shuffles, votes, warp-synchronous code without barriers
-is treated as racy), no atomics, no dynamic parallelism; uninitialised shared/local memory reads
-as 0 (or NaN / 0x5A bytes with ``poison=True``) instead of garbage, and reading it is not
-reported; the race detector sees memory at element granularity of each access's own dtype.
+Limitations: no warp-level semantics beyond ``shfl_xor_sync`` (no other shuffles, no votes;
+warp-synchronous code through shared memory without barriers is treated as racy), no atomics,
+no dynamic parallelism; uninitialised shared/local memory reads as 0 (or NaN / 0x5A bytes with
+``poison=True``) instead of garbage, and reading it is not reported; the race detector sees
+memory at element granularity of each access's own dtype.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from ..ir import stmt as S  # noqa: N812
 from ..ir.functor import StmtVisitor
 from . import interp as I  # noqa: N812
 from .gpu_race import RaceError, RaceTracker
-from .gpu_simt import BarrierDivergenceError, BlockState, SimtCompiler
+from .gpu_simt import BarrierDivergenceError, BlockState, ShuffleDivergenceError, SimtCompiler
 
 _TAGS = tuple(f"{k}.{a}" for k in ("blockIdx", "threadIdx") for a in "xyz")
 
@@ -182,4 +189,4 @@ def _written_globals(func: S.PrimFunc) -> set[str]:
     return v.names & params
 
 
-__all__ = ["BarrierDivergenceError", "RaceError", "emulate"]
+__all__ = ["BarrierDivergenceError", "RaceError", "ShuffleDivergenceError", "emulate"]

@@ -354,12 +354,11 @@ def compile_store(c: SimtCompiler, s: S.BufferStore) -> StmtFn:
             flat = storage(env)
             o = offsets(env, 0, None)
             m = state.mask
+            if m is not None:  # outside the try: only the storage's bounds check is an OOB
+                o_live, v = o[m], (v[m] if vval else v)
             try:
                 # put stores in lane order: with equal offsets the last lane lands
-                if m is None:
-                    flat.put(_unsigned(o), v)
-                else:
-                    flat.put(_unsigned(o[m]), v[m] if vval else v)
+                flat.put(_unsigned(o if m is None else o_live), v)
             except IndexError:
                 raise _oob(c, buf, where, o, m, flat.shape[0], shape) or IndexError(buf.name) from None
             if log is not None:

@@ -15,6 +15,15 @@ write only active lanes; loads and integer divisions check only active lanes (va
 inactive lanes are never observable, so they are not zeroed, except where a vector
 predicate says a lane reads as 0).
 
+A varying expression always yields the varying representation, also where it passes on the
+value of a uniform operand (a Select on a block-uniform condition taking its uniform side:
+`SimtCompiler.as_varying`), since consumers of a varying value index it by lane.
+
+Warp shuffles (``Call(dtype, "shfl_xor_sync", (mask, value, lane_mask, width))``, CUDA's
+``__shfl_xor_sync``) permute the lanes of a varying value by thread id: lane = linear thread
+id % 32, whatever array position the seed gave the thread. Every lane the member mask names
+must be active in each warp that executes one (`ShuffleDivergenceError` otherwise).
+
 Values are never changed in place once made (stores build new arrays), so a loaded value can
 be shared freely, e.g. ``local`` memory is a list of per-element ``[T]`` arrays and a load of
 a constant index returns the list entry without a copy, and pure arithmetic on thread and
@@ -50,6 +59,16 @@ class BarrierDivergenceError(TecompError):
     """A ``__syncthreads()`` reached by only some threads of a block."""
 
 
+class ShuffleDivergenceError(TecompError):
+    """A warp shuffle (``shfl_xor_sync``) not executed by every lane its member mask names:
+    some are inactive (masked off by thread-dependent control flow) or missing (the block
+    ends inside the warp), or an executing lane or the lane it reads is not in the mask."""
+
+
+SHFL_XOR = "shfl_xor_sync"  # Call(dtype, SHFL_XOR, (member mask, value, lane mask, width))
+WARP = 32
+
+
 class BlockState:
     """The block being run, read by every compiled closure (one object per launch)."""
 
@@ -63,6 +82,7 @@ class BlockState:
         self._tid: dict[tuple[int, str], np.ndarray] = {}
         self.shared: dict[int, np.ndarray] = {}  # id(Allocate) -> the block's storage
         self.cache: dict[int, Any] = {}  # id(Expr) -> value, for block-invariant expressions
+        self.shfl: dict[tuple[int, int], np.ndarray] = {}  # (lane mask, width) -> source lanes
 
     def start(self, block: tuple[int, int, int], lin: np.ndarray) -> None:
         self.block, self.lin = block, lin
@@ -70,6 +90,7 @@ class BlockState:
         self._tid.clear()
         self.shared.clear()
         self.cache.clear()
+        self.shfl.clear()
 
     def thread_index(self, axis: int, dtype: str) -> np.ndarray:
         key = (axis, dtype)
@@ -184,7 +205,8 @@ class SimtCompiler(I._Compiler):
         if isinstance(e, E.Ramp):
             return self.varies(e.base) or self.varies(e.stride)
         if isinstance(e, E.Call):
-            return any(self.varies(a) for a in e.args)
+            # a shuffle reads other lanes' registers: varying whatever its operands are
+            return e.name == SHFL_XOR or any(self.varies(a) for a in e.args)
         return False
 
     def _binding(self, var: E.Var, varying: bool, thread: bool = False) -> _Binding:
@@ -495,6 +517,20 @@ class SimtCompiler(I._Compiler):
 
     # varying expressions ---------------------------------------------------------------------
 
+    def as_varying(self, e: E.Expr) -> ExprFn:
+        """``e`` compiled to give the varying representation even where it is uniform: a fresh
+        ``[T]`` (``[T, lanes]``) array of its dtype, every thread holding the uniform value.
+        For a node classified varying that can produce the value of a uniform child as its
+        own (a Select on a block-uniform condition picking its uniform side): consumers of a
+        varying value index it by lane, so a bare scalar there is wrong."""
+        fn = self.expr(e)
+        if self.varies(e):
+            return fn
+        T, npd, lanes = self.state.T, dt.to_numpy(e.dtype), dt.lanes(e.dtype)
+        if lanes == 1:
+            return lambda env: np.full(T, fn(env), npd)
+        return lambda env: np.tile(np.asarray(fn(env), npd), (T, 1))
+
     def live_for(self, lanes: int) -> Callable[[], np.ndarray | None]:
         """The active lanes as seen by a value of ``lanes`` vector lanes: None, [T] or [T, lanes]."""
         state = self.state
@@ -560,7 +596,9 @@ class SimtCompiler(I._Compiler):
         cond = self.expr(e.cond)
         vec_cond = dt.lanes(e.cond.dtype) > 1
         if not vec_cond and not self.varies(e.cond):
-            ft, ff = self.expr(e.t), self.expr(e.f)
+            # the same side for every thread, but the Select is varying (a side is): the side
+            # taken must come out varying too, also when it is the uniform one
+            ft, ff = self.as_varying(e.t), self.as_varying(e.f)
             return lambda env: ft(env) if cond(env) else ff(env)
         if vec_cond:
             return self._v_vector_select(e, cond)
@@ -629,6 +667,8 @@ class SimtCompiler(I._Compiler):
     def _v_call(self, e: E.Call) -> ExprFn:
         if e.name in ("address_of", "debug_oob_axis"):
             return self._v_special_call(e)
+        if e.name == SHFL_XOR:
+            return self._v_shfl_xor(e)
         args = [self.expr(a) for a in e.args]
         if e.name == "prefetch":
             return lambda env: 0
@@ -662,6 +702,45 @@ class SimtCompiler(I._Compiler):
             raise IndexError(f"out-of-bounds access to buffer {name.value!r}: index {i} on axis "  # type: ignore[attr-defined]
                              f"{axis.value} not in [0, {n}) ({state.where(state.mask)})")  # type: ignore[attr-defined]
         return oob
+
+    def _v_shfl_xor(self, e: E.Call) -> ExprFn:
+        """CUDA's ``__shfl_xor_sync(mask, value, lane_mask, width)`` (PTX ``shfl.sync.bfly``):
+        lane ``l`` (linear thread id % 32) gets ``value`` of lane ``l ^ lane_mask`` (its low 5
+        bits, as the hardware takes them), or its own where that lane lies in a later segment
+        of ``width`` lanes. Every lane the member mask names must execute it (see
+        `ShuffleDivergenceError`). It reads registers, not memory: the race detector does not
+        see it."""
+        if len(e.args) != 4:
+            raise TecompError(f"{SHFL_XOR} takes (mask, value, lane_mask, width), got {len(e.args)} "
+                              f"arguments: {e}")
+        a_mask, a_value, a_lane, a_width = e.args
+        if dt.lanes(e.dtype) != 1 or dt.bits(e.dtype) != 32 or a_value.dtype != e.dtype:
+            raise TecompError(f"{SHFL_XOR} shuffles a scalar 32-bit value of the call's dtype; got "
+                              f"{a_value.dtype} as {e.dtype}: {e}")
+        for name, a in (("mask", a_mask), ("lane_mask", a_lane), ("width", a_width)):
+            if dt.lanes(a.dtype) != 1 or dt.is_float(a.dtype) or dt.is_bool(a.dtype):
+                raise TecompError(f"{SHFL_XOR}: {name} must be a scalar integer, got {a.dtype}: {e}")
+            if self.varies(a):
+                raise TecompError(f"{SHFL_XOR}: {name} must be the same for every thread: {e}")
+        fm, fv, fb, fw = (self.expr(a) for a in e.args)
+        state, T, npd = self.state, self.state.T, dt.to_numpy(e.dtype)
+        vval = self.varies(a_value)
+        site = f"`{e}` in `{self._where}`"
+        path = "\n".join(f"  {'  ' * k}{h}" for k, h in enumerate([*self._path, self._where]))
+        ragged = T % WARP != 0
+        def shfl(env: Env) -> Any:
+            members, b, width = int(fm(env)) & 0xFFFFFFFF, int(fb(env)) & (WARP - 1), int(fw(env))
+            if width < 1 or width > WARP or width & (width - 1):
+                raise TecompError(f"{SHFL_XOR}: width {width} is not a power of two in [1, {WARP}] "
+                                  f"({state.where(state.mask)}): {e}")
+            if state.mask is not None or ragged or members != 0xFFFFFFFF:
+                _check_warps(state, members, b, width, site, path)
+            src = state.shfl.get((b, width))
+            if src is None:
+                src = state.shfl[(b, width)] = _shfl_sources(state.lin, b, width)
+            v = fv(env)
+            return v[src] if vval else np.full(T, v, npd)
+        return shfl
 
     def _v_ramp(self, e: E.Ramp) -> ExprFn:
         fb, fs = self.expr(e.base), self.expr(e.stride)
@@ -706,6 +785,80 @@ class _Binding:
         if self.was != self.varying:
             (c.vvars.add if self.was else c.vvars.discard)(self.var)
             c._vmemo.clear()
+
+
+def _shfl_sources(lin: np.ndarray, b: int, width: int) -> np.ndarray:
+    """For each lane of the block's arrays, the lane (array position) whose value a butterfly
+    shuffle with lane mask ``b`` in segments of ``width`` gives it: PTX's ``j = lane ^ b``,
+    taken where ``j <= maxLane`` (the last lane of the caller's segment), else the caller's own.
+    Sources past the end of a ragged block (only callers that `_check_warps` refuses read
+    them) are the caller's own, to stay inside the arrays."""
+    T = lin.shape[0]
+    lane = lin & (WARP - 1)
+    j = lane ^ b
+    src = lin - lane + np.where(j <= (lane | (width - 1)), j, lane)
+    src = np.where(src < T, src, lin)
+    pos = np.empty(T, np.int64)
+    pos[lin] = np.arange(T)  # thread id -> its position in the (seed-shuffled) arrays
+    return pos[src]
+
+
+def _lane_ranges(lanes: np.ndarray) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2, 5, 7-8"``."""
+    runs: list[list[int]] = []
+    for k in lanes.tolist():
+        if runs and runs[-1][1] == k - 1:
+            runs[-1][1] = k
+        else:
+            runs.append([k, k])
+    return ", ".join(str(a) if a == z else f"{a}-{z}" for a, z in runs)
+
+
+def _check_warps(state: BlockState, members: int, b: int, width: int, site: str, path: str) -> None:
+    """Refuse a shuffle that not every lane of the member mask executes, in every warp where
+    some thread executes it (the lowest such warp is reported, independent of the seed)."""
+    T, nwarps = state.T, -(-state.T // WARP)
+    active = np.zeros(nwarps * WARP, bool)  # by thread id
+    active[state.lin if state.mask is None else state.lin[state.mask]] = True
+    exists = np.arange(nwarps * WARP) < T
+    act, ex = active.reshape(nwarps, WARP), exists.reshape(nwarps, WARP)
+    need: np.ndarray = np.asarray((members >> np.arange(WARP)) & 1 == 1)
+    lane = np.arange(WARP)
+    j = lane ^ b
+    src = np.where(j <= (lane | (width - 1)), j, lane)
+    calling: np.ndarray = np.asarray(act.any(axis=1))
+    missing = calling[:, None] & need[None, :] & ~ex
+    inactive = calling[:, None] & need[None, :] & ex & ~act
+    outside = act & ~need[None, :]  # an executing lane the mask does not name
+    unnamed = act & ~need[src][None, :]  # an executing lane reading one the mask does not name
+    bad = missing | inactive | outside | unnamed
+    if not bad.any():
+        return
+    w = int(np.flatnonzero(bad.any(axis=1))[0])
+    first, last = w * WARP, min(w * WARP + WARP, T) - 1
+    x, y, _ = state.dims
+
+    def thread(tid: int) -> tuple[int, int, int]:
+        return (tid % x, tid // x % y, tid // (x * y))
+
+    why = []
+    if inactive[w].any():
+        ls = np.flatnonzero(inactive[w])
+        why.append(f"lanes {_lane_ranges(ls)} are inactive (thread {thread(first + int(ls[0]))} does not "
+                   f"reach it)")
+    if missing[w].any():
+        why.append(f"lanes {_lane_ranges(np.flatnonzero(missing[w]))} are missing (the block has "
+                   f"{T} threads, not a multiple of {WARP})")
+    if outside[w].any():
+        why.append(f"lanes {_lane_ranges(np.flatnonzero(outside[w]))} execute it but are not in the mask")
+    if unnamed[w].any():
+        ls = np.flatnonzero(unnamed[w])
+        why.append(f"lanes {_lane_ranges(ls)} read lanes {_lane_ranges(np.unique(src[ls]))}, which are "
+                   f"not in the mask")
+    raise ShuffleDivergenceError(
+        f"warp shuffle divergence: {site} with member mask {members:#010x} in block "
+        f"{state.block}, warp {w} (threads {thread(first)} to {thread(last)}): {'; '.join(why)}. "
+        f"The shuffle is inside:\n{path}")
 
 
 def _alloc_size(buf: Buffer, dims: list[int], strides: list[int]) -> int:

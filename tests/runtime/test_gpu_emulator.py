@@ -10,7 +10,7 @@ from tecomp.errors import TecompError
 from tecomp.ir import Allocate, Buffer, BufferStore, For, ForKind, IfThenElse, LetStmt, PrimFunc, Var, const, seq
 from tecomp.ir import expr as E
 from tecomp.ir.stmt import THREAD_TAG, Stmt, barrier
-from tecomp.runtime.gpu_emulator import BarrierDivergenceError, RaceError, emulate
+from tecomp.runtime.gpu_emulator import BarrierDivergenceError, RaceError, ShuffleDivergenceError, emulate
 from tecomp.runtime.interp import run
 
 TARGET = "cuda -arch=sm_80"
@@ -568,3 +568,169 @@ def test_multi_dimensional_accesses_are_checked_per_axis() -> None:
     # column 17 is inside T's storage (16 * 17) but not inside its axis 1
     with pytest.raises(IndexError, match=r"shared buffer 'T': index 17 on axis 1 not in \[0, 17\) by thread \(15, 0, 0\)"):
         emulate(build(tx + 2), a, out)
+
+
+# a Select on a block-uniform condition (bug A of tests/DIFFERENTIAL.md) ------------------------
+
+
+def _uniform_select_kernel(use: str) -> PrimFunc:
+    """Per block and serial iteration, ``Select(u, <uniform>, <per-thread load>)`` where ``u``
+    is the same for every thread (it alternates with the block and the loop counter), used by
+    the consumer ``use``: each one indexes the value by thread, so the uniform side taken must
+    come out as a per-thread value too."""
+    A, F = Buffer("A", (c(64),), "int32"), Buffer("F", (c(256),), "float32")
+    O, G = Buffer("O", (c(128),), "int32"), Buffer("G", (c(128),), "float32")
+    U, R = Buffer("U", (c(4),), "int32"), local("R", 2, "int32")
+    bx, tx, k, x = Var("bx"), Var("tx"), Var("k"), Var("x")
+    u = E.EQ(E.FloorMod(bx + k, c(2)), c(0))  # block-uniform, different per block and k
+    a = ld(A, bx * 32 + tx)
+    pick = E.Select(u, c(7), a)
+    out = (bx * 2 + k) * 32 + tx
+    bodies: dict[str, Stmt] = {
+        # a store to local memory at a constant index, then loads of it
+        "local": seq(st(R, k, pick), st(O, out, ld(R, k) + ld(R, c(0)))),
+        # a masked store at a per-thread offset
+        "masked": IfThenElse(tx < 16, st(O, out, pick)),
+        # a store of the value at one address (by one thread)
+        "uniform_address": IfThenElse(E.EQ(tx, c(3)), st(U, bx * 2 + k, pick)),
+        # through a let (with arithmetic on uniform values only), and a let statement
+        "let": seq(st(R, k, E.Let(x, pick, x * 2 + bx)), IfThenElse(tx < 16, st(O, out, ld(R, k)))),
+        "let_stmt": LetStmt(x, pick, IfThenElse(tx < 16, st(O, out, x - k))),
+        # a vector Select with a scalar uniform condition, reduced across its lanes
+        "vector": st(G, out, E.VectorReduce("add", E.Select(
+            u, E.Broadcast(E.FloatImm(0.5), 4), ld(F, E.Ramp((bx * 32 + tx) * 4, c(1), 4))))),
+        # nested in a Select on a per-thread condition, and the other way round
+        "nested": seq(st(R, k, E.Select(u, c(1), E.Select(tx < 5, a, c(2)))),
+                      st(O, out, ld(R, k) + E.Select(tx % 3 == 0, pick, E.Select(u, a, c(-5))))),
+    }
+    body = tloop(bx, "blockIdx.x", 2, tloop(tx, "threadIdx.x", 32, Allocate(R, seq(
+        st(R, c(0), c(0)), st(R, c(1), c(0)), loop(k, 2, bodies[use])))))
+    return kernel("uselect", [A, F, O, G, U], body, {"blockIdx.x": 2, "threadIdx.x": 32})
+
+
+@pytest.mark.parametrize("use", ["local", "masked", "uniform_address", "let", "let_stmt", "vector", "nested"])
+def test_select_on_a_block_uniform_condition_gives_per_thread_values(use: str) -> None:
+    f = _uniform_select_kernel(use)
+    a = rng.integers(-100, 100, 64).astype("int32")
+    fl = rng.random(256, "float32")
+    outs_e = [np.full(128, -9, "int32"), np.zeros(128, "float32"), np.full(4, -9, "int32")]
+    outs_i = [o.copy() for o in outs_e]
+    emulate(f, a, fl, *outs_e)
+    run(f, a, fl, *outs_i)
+    for e_, i_ in zip(outs_e, outs_i, strict=True):
+        np.testing.assert_array_equal(e_, i_)
+    o = outs_e[0].reshape(2, 2, 32)
+    if use == "masked":  # the numpy reference: 7 where (bx + k) is even, A otherwise
+        want = np.where(((np.arange(2)[:, None] + np.arange(2)[None, :]) % 2 == 0)[..., None], 7,
+                        a.reshape(2, 1, 32))
+        np.testing.assert_array_equal(o[..., :16], want[..., :16])
+        np.testing.assert_array_equal(o[..., 16:], -9)
+
+
+# warp shuffles: Call(dtype, "shfl_xor_sync", (mask, value, lane_mask, width)) -----------------
+
+FULL = E.IntImm(-1, "int32")  # member mask 0xffffffff as an int32
+
+
+def shfl_xor(value: E.Expr, lane_mask: int, width: int = 32, mask: E.Expr = FULL) -> E.Call:
+    return E.Call(value.dtype, "shfl_xor_sync", (mask, value, c(lane_mask), c(width)))
+
+
+def _butterfly(v: np.ndarray, lane_masks: list[int], width: int) -> np.ndarray:
+    """numpy model over a [..., 32] array of warps: the same float ops in the same order."""
+    lane = np.arange(32)
+    for b in lane_masks:
+        j = lane ^ b
+        v = v + v[..., np.where(j <= (lane | (width - 1)), j, lane)]
+    return v
+
+
+def shuffle_sum(dtype: str, bx: int, tx: int, ty: int, width: int) -> PrimFunc:
+    """Each thread loads one element, then an xor butterfly over segments of ``width`` lanes
+    (lane = linear thread id % 32, linear id = x + X * y) leaves every lane with its segment's
+    sum, kept in a register (local) between the steps."""
+    n = bx * tx * ty
+    A, O = Buffer("A", (c(n),), dtype), Buffer("O", (c(n),), dtype)
+    R = local("R", 1, dtype)
+    vb, vx, vy = Var("bx"), Var("tx"), Var("ty")
+    i = (vb * ty + vy) * tx + vx
+    steps = [st(R, c(0), ld(R, c(0)) + shfl_xor(ld(R, c(0)), b, width))
+             for b in (16, 8, 4, 2, 1) if b < width]
+    body = tloop(vb, "blockIdx.x", bx, tloop(vy, "threadIdx.y", ty, tloop(vx, "threadIdx.x", tx, Allocate(R, seq(
+        st(R, c(0), ld(A, i)), *steps, st(O, i, ld(R, c(0))))))))
+    return kernel("shfl_sum", [A, O], body, {"blockIdx.x": bx, "threadIdx.x": tx, "threadIdx.y": ty})
+
+
+@pytest.mark.parametrize(("tx", "ty", "width"), [(32, 4, 32), (8, 16, 8), (64, 2, 16), (16, 4, 32)])
+def test_xor_butterfly_sums_warps_and_segments(tx: int, ty: int, width: int) -> None:
+    f32, i32 = shuffle_sum("float32", 3, tx, ty, width), shuffle_sum("int32", 3, tx, ty, width)
+    a = rng.standard_normal(3 * tx * ty).astype("float32")
+    ai = rng.integers(-1000, 1000, 3 * tx * ty).astype("int32")
+    masks = [b for b in (16, 8, 4, 2, 1) if b < width]
+    for seed in range(3):  # other lane orders: lanes come from thread ids, not array positions
+        out, outi = np.zeros_like(a), np.zeros_like(ai)
+        emulate(f32, a, out, seed=seed)
+        emulate(i32, ai, outi, seed=seed)
+        # every lane holds its segment's sum: exactly for ints, bit for bit the butterfly's
+        # float ops, and close to numpy's own sum
+        seg = ai.reshape(-1, width).sum(axis=1, dtype="int32")
+        np.testing.assert_array_equal(outi, np.repeat(seg, width))
+        np.testing.assert_array_equal(out, _butterfly(a.reshape(-1, 32), masks, width).reshape(-1))
+        np.testing.assert_allclose(out, np.repeat(a.reshape(-1, width).sum(axis=1), width), rtol=1e-4, atol=1e-5)
+
+
+def test_shuffle_reads_earlier_segments_but_not_later_ones() -> None:
+    """With width 8 and lane mask 8, lanes 8-15 read lanes 0-7 (an earlier segment) while lanes
+    0-7 would read a later one and keep their own value; a uniform value is every lane's."""
+    A, O = Buffer("A", (c(64),), "float32"), Buffer("O", (c(128),), "float32")
+    tx, ty = Var("tx"), Var("ty")
+    i = ty * 32 + tx
+    body = tloop(ty, "threadIdx.y", 2, tloop(tx, "threadIdx.x", 32, seq(
+        st(O, i, shfl_xor(ld(A, i), 8, 8)),
+        st(O, i + 64, shfl_xor(E.FloatImm(2.5), 3) + shfl_xor(ld(A, i), 35)))))  # 35: low 5 bits (3)
+    f = kernel("k", [A, O], body, {"threadIdx.x": 32, "threadIdx.y": 2})
+    a = rng.random(64, "float32")
+    out = np.zeros(128, "float32")
+    emulate(f, a, out, seed=5)
+    lane = np.arange(64) % 32
+    src = np.where((lane ^ 8) <= (lane | 7), lane ^ 8, lane) + np.arange(64) // 32 * 32
+    np.testing.assert_array_equal(out[:64], a[src])
+    np.testing.assert_array_equal(out[64:], np.float32(2.5) + a[np.arange(64) ^ 3])
+
+
+def test_shuffle_under_a_thread_dependent_if_diverges() -> None:
+    A, O = Buffer("A", (c(64),), "int32"), Buffer("O", (c(64),), "int32")
+    tx, ty = Var("tx"), Var("ty")
+    i = ty * 32 + tx
+    body = tloop(ty, "threadIdx.y", 2, tloop(tx, "threadIdx.x", 32,
+                 IfThenElse(tx < 16, st(O, i, shfl_xor(ld(A, i), 1)))))
+    f = kernel("k", [A, O], body, {"threadIdx.x": 32, "threadIdx.y": 2})
+    for seed in range(3):  # the lowest warp and thread, whatever the lane order
+        with pytest.raises(ShuffleDivergenceError,
+                           match=r"(?s)shfl_xor_sync.*member mask 0xffffffff .*warp 0 .*lanes 16-31 are "
+                                 r"inactive \(thread \(16, 0, 0\).*if tx < 16"):
+            emulate(f, np.zeros(64, "int32"), np.zeros(64, "int32"), seed=seed)
+    # with the member mask naming only the lanes that take the branch it is fine
+    half = tloop(ty, "threadIdx.y", 2, tloop(tx, "threadIdx.x", 32, IfThenElse(
+        tx < 16, st(O, i, shfl_xor(ld(A, i), 1, 16, E.IntImm(0xFFFF, "uint32"))))))
+    a, out = rng.integers(0, 100, 64).astype("int32"), np.full(64, -1, "int32")
+    emulate(kernel("k", [A, O], half, {"threadIdx.x": 32, "threadIdx.y": 2}), a, out)
+    want = np.where(np.arange(64) % 32 < 16, a[np.arange(64) ^ 1], -1)
+    np.testing.assert_array_equal(out, want)
+    # ... but not if a lane reads one outside the mask (lane 15 would read lane 16)
+    low = E.IntImm(0xFFFF, "uint32")
+    bad = tloop(tx, "threadIdx.x", 32, IfThenElse(tx < 16, st(O, tx, shfl_xor(ld(A, tx), 31, 32, low))))
+    with pytest.raises(ShuffleDivergenceError, match=r"lanes 0-15 read lanes 16-31, which are not in the mask"):
+        emulate(kernel("k", [A, O], bad, {"threadIdx.x": 32}), a, out)
+
+
+def test_shuffle_in_an_incomplete_warp_diverges() -> None:
+    A, O = Buffer("A", (c(48),), "float32"), Buffer("O", (c(48),), "float32")
+    f = one_block(lambda tx: st(O, tx, shfl_xor(ld(A, tx), 1)), threads=48, params=[A, O])
+    with pytest.raises(ShuffleDivergenceError, match=r"warp 1 .*lanes 16-31 are missing \(the block has 48 threads"):
+        emulate(f, np.zeros(48, "float32"), np.zeros(48, "float32"))
+    # a per-thread trip count also leaves lanes behind
+    k = Var("k")
+    g = one_block(lambda tx: loop(k, tx % 2 + 1, st(O, tx, shfl_xor(ld(A, tx), 2))), params=[A, O])
+    with pytest.raises(ShuffleDivergenceError, match=r"lanes 0, 2, 4, .*, 30 are inactive"):
+        emulate(g, np.zeros(48, "float32"), np.zeros(48, "float32"))
