@@ -5,6 +5,13 @@ outer loop ``io`` the guard holds for every ``ii`` as long as ``io < n // 32``, 
 cut there: the steady-state part runs without the ``if`` (and with constant inner extents, so it
 vectorizes), the short tail keeps it. Vectorized loops are never cut (their tail becomes a
 predicate instead).
+
+In a GPU kernel a cut whose position depends on threadIdx (``ty*4 + i < 70`` for a loop ``i``
+inside the thread loops) gives every thread its own trip counts for the pieces. That is
+harmless for per-thread work, but a loop whose body touches shared memory (or holds a barrier)
+may need barriers inside it, which every thread of the block must reach, so such a loop is only
+cut at block-uniform positions (blockIdx, sizes, uniform loops); its guard stays otherwise.
+CPU code is cut exactly as before.
 """
 
 from __future__ import annotations
@@ -13,12 +20,14 @@ import dataclasses
 
 from ..arith.interval import Interval, can_prove, eval_interval
 from ..arith.simplify import simplify
+from ..ir.buffer import Buffer
 from ..ir.expr import (
     GE,
     GT,
     LE,
     LT,
     And,
+    BufferLoad,
     Expr,
     FloorDiv,
     IntImm,
@@ -29,7 +38,19 @@ from ..ir.expr import (
     const,
 )
 from ..ir.functor import StmtMutator, StmtVisitor, free_vars, substitute
-from ..ir.stmt import For, ForKind, IfThenElse, PrimFunc, Stmt, seq
+from ..ir.stmt import (
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    LetStmt,
+    PrimFunc,
+    Stmt,
+    is_barrier,
+    seq,
+    thread_tag,
+)
 
 MAX_DEPTH = 4  # partitions per loop nest level; bounds code growth
 
@@ -110,15 +131,69 @@ def _linear(e: Expr, v: Var) -> tuple[int, Expr] | None:
     return None
 
 
-class LoopPartition(StmtMutator):
+class _TouchesShared(StmtVisitor):
+    """Does a statement access a shared buffer or hold a barrier?"""
+
     def __init__(self) -> None:
+        self.found = False
+
+    def _buf(self, b: Buffer) -> None:
+        if b.scope == "shared":
+            self.found = True
+
+    def visit_BufferStore(self, s: BufferStore) -> None:
+        self._buf(s.buffer)
+        super().visit_BufferStore(s)
+
+    def visit_BufferLoad(self, e: BufferLoad) -> None:
+        self._buf(e.buffer)
+        super().visit_BufferLoad(e)
+
+    def visit_Evaluate(self, s: Evaluate) -> None:
+        if is_barrier(s):
+            self.found = True
+        super().visit_Evaluate(s)
+
+
+def _touches_shared(s: Stmt) -> bool:
+    v = _TouchesShared()
+    v.visit_stmt(s)
+    return v.found
+
+
+class LoopPartition(StmtMutator):
+    def __init__(self, gpu: bool = False) -> None:
         self.depth = 0
+        self.gpu = gpu
+        # GPU: variables whose value may differ between the threads of a block (threadIdx
+        # loops, loops and lets over them)
+        self.varying: set[Var] = set()
+        self._shared: dict[int, tuple[Stmt, bool]] = {}
+
+    def _thread_dependent_cut(self, split: Expr, body: Stmt) -> bool:
+        """Would cutting at ``split`` give threads different trip counts around shared memory?"""
+        if not self.gpu or not free_vars(split) & self.varying:
+            return False
+        m = self._shared.get(id(body))
+        if m is None or m[0] is not body:
+            m = self._shared[id(body)] = (body, _touches_shared(body))
+        return m[1]
+
+    def visit_LetStmt(self, s: LetStmt) -> Stmt:
+        if self.gpu and free_vars(s.value) & self.varying:
+            self.varying.add(s.var)
+        return super().visit_LetStmt(s)
 
     def visit_For(self, s: For) -> Stmt:
         if s.kind == ForKind.THREAD_BINDING:
+            tag = thread_tag(s)
+            if self.gpu and tag is not None and tag.startswith("threadIdx"):
+                self.varying.add(s.var)
             # a thread loop does not iterate: nothing to partition, but its body may
             body = self.visit_stmt(s.body)
             return s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.annotations)
+        if self.gpu and (free_vars(s.min) | free_vars(s.extent)) & self.varying:
+            self.varying.add(s.var)
         if s.kind == ForKind.VECTORIZED or self.depth >= MAX_DEPTH:
             return s
         g = _Guards()
@@ -145,6 +220,8 @@ class LoopPartition(StmtMutator):
                 return self.visit_For(For(s.var, s.min, s.extent, s.kind, body, s.annotations))
             if can_prove(LE(split, lo)):
                 continue
+            if self._thread_dependent_cut(split, s.body):
+                continue  # the guard stays: see the module docstring
             steady_body = _SetTrue(cond).visit_stmt(s.body)
             tail_var = Var(s.var.name, s.var.dtype)
             tail_body = substitute(s.body, {s.var: tail_var})
@@ -162,6 +239,13 @@ class LoopPartition(StmtMutator):
         return self.visit_For(s)
 
 
+def _is_gpu(target: object) -> bool:
+    """A `Target`, or the string of one (hand-built kernels carry "cuda -arch=...")."""
+    if isinstance(target, str):
+        return target.strip().split(" ", 1)[0] == "cuda"
+    return bool(getattr(target, "is_gpu", False))
+
+
 def loop_partition(func: PrimFunc) -> PrimFunc:
-    body = LoopPartition().visit_stmt(func.body)
+    body = LoopPartition(gpu=_is_gpu(func.attrs.get("target"))).visit_stmt(func.body)
     return func if body is func.body else dataclasses.replace(func, body=body)

@@ -225,3 +225,46 @@ def test_vectorize_odd_width_pieces_keep_tail_predicates():
     tc.build(s, [A, B], debug=True)(a, b)
     np.testing.assert_array_equal(b, a * 2 + 1)
     np.testing.assert_array_equal(base[n:], 0)
+
+
+def _partition_kernel(guard: str, touches_shared: bool, gpu: bool):
+    """``for i in range(4): if <guard>: <store>`` inside a blockIdx and a threadIdx loop; the
+    store goes to a shared tile or to the global output."""
+    from tecomp.codegen.target import Target
+    from tecomp.ir import Buffer, BufferLoad, BufferStore, For, IfThenElse, PrimFunc, Var, const
+    from tecomp.ir.stmt import Allocate
+
+    out = Buffer("out", (const(256),), "float32")
+    sh = Buffer("sh", (const(128),), "float32", scope="shared")
+    bx, tx, i = Var("bx"), Var("tx"), Var("i")
+    env = {"bx": bx, "tx": tx, "i": i}
+    cond = eval(guard, {}, env)  # noqa: S307 - the test's own strings
+    dst = sh if touches_shared else out
+    store = BufferStore(dst, BufferLoad(out, (tx * 4 + i,)) * 2.0, (tx * 4 + i,))
+    loop = For(i, const(0), const(4), ForKind.SERIAL, IfThenElse(cond, store))
+    body = For(tx, const(0), const(32), ForKind.THREAD_BINDING, loop, (("thread_tag", "threadIdx.x"),))
+    body = For(bx, const(0), const(2), ForKind.THREAD_BINDING, Allocate(sh, body),
+               (("thread_tag", "blockIdx.x"),))
+    f = PrimFunc("k", [out], body)
+    if gpu:
+        f.attrs["target"] = Target.parse("cuda")
+        f.attrs["launch"] = {"blockIdx.x": const(2), "threadIdx.x": const(32)}
+    return f
+
+
+def test_loop_partition_on_gpu_cuts_shared_memory_loops_only_where_all_threads_agree():
+    from tecomp.passes.loop_partition import loop_partition
+
+    def loops(f):
+        return [x for x in collect(loop_partition(f)).fors if x.var.name == "i"]
+
+    # a thread-dependent tail (tx*4 + i < 100): per-thread loops are cut as on the CPU, a loop
+    # touching shared memory (which may need barriers, reached by every thread) keeps its guard
+    # (a symbolic cut leaves the tail with the guard, cut again up to MAX_DEPTH times)
+    assert len(loops(_partition_kernel("tx * 4 + i < 100", False, gpu=True))) > 1
+    (kept,) = loops(_partition_kernel("tx * 4 + i < 100", True, gpu=True))
+    assert str(kept.extent) == "4" and collect(kept).ifs
+    # the CPU partition is unchanged whatever the loop touches
+    assert len(loops(_partition_kernel("tx * 4 + i < 100", True, gpu=False))) > 1
+    # a cut over blockIdx is the same in every thread of a block: allowed
+    assert len(loops(_partition_kernel("bx * 4 + i < 6", True, gpu=True))) > 1
