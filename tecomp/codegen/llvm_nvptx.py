@@ -3,9 +3,11 @@
 The input is the GPU kernel IR contract of docs/gpu-ir.md. Each PrimFunc becomes one kernel
 
     define ptx_kernel void @name(ptr noalias align 16 %A, ..., i64 %n, ...) "nvvm.maxntid"="T"
+        "nvvm.minctasm"="1"
 
 with buffers in ``params`` order, then one i64 per ``dim_vars`` entry (the CPU's argument order),
-``T`` the product of the threadIdx launch extents. Buffers are generic pointers: LLVM's NVPTX
+``T`` the product of the threadIdx launch extents (``.maxntid T`` + ``.minnctapersm 1`` in the
+PTX, CUDA's ``__launch_bounds__(T, 1)``). Buffers are generic pointers: LLVM's NVPTX
 argument lowering and address-space inference turn accesses through kernel arguments into
 ``ld.global``/``st.global`` (``ld.global.nc`` for read-only noalias inputs) and accesses to
 shared arrays into ``ld.shared``. Parameters are declared 16-byte aligned (the runtime must pass
@@ -20,13 +22,18 @@ index allows it.
   (ptxas does not check it).
 * ``syncthreads`` -> ``llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)`` (``bar.sync 0``).
 * math -> libdevice (`tecomp.codegen.libdevice`).
+* Masked vector accesses (vector tails, loads inside a vector ``Select``) never use the
+  ``llvm.masked.*`` intrinsics, on which LLVM's NVPTX backend can abort: one plain vector
+  access when every lane is active, else one predicated scalar access per active lane
+  (`CodegenNVPTX._masked`); gathers and scatters are always per lane.
 * An integer division by a zero divisor sets the module's ``__tecomp_error`` (global i32,
   `ErrorCode.DIV_BY_ZERO`) and divides by 1; the runtime reads and clears it after a launch.
 
 `emit_ptx` verifies, links libdevice, optimises (O3) and emits PTX. Before LLVM sees the module
 every intrinsic it declares is checked against `INTRINSICS` for the arch: an intrinsic the
 arch lacks makes LLVM abort the whole process ("Cannot select"), a misspelled one turns into an
-unresolved ``.extern .func`` that only ptxas would notice; both are TecompErrors here.
+unresolved ``.extern .func`` that only ptxas would notice, and ``llvm.masked.load`` in IR text
+handed in directly may abort (above); all are TecompErrors here.
 
 >>> cg = CodegenNVPTX(Target.parse("cuda -arch=sm_80")); cg.add_function(f)   # doctest: +SKIP
 >>> ptx = emit_ptx(cg.module, cg.target)                                       # doctest: +SKIP
@@ -37,6 +44,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -50,7 +58,7 @@ from ..ir import stmt as S  # noqa: N812
 from ..ir.structural import structural_equal
 from .libdevice import emit_gpu_math_call, link_libdevice, needs_libdevice
 from .llvm_base import CodegenLLVM, const_elements
-from .llvm_common import I32, I64, PTR, VOID, cast, declare, llvm_type, opaque
+from .llvm_common import I1, I32, I64, PTR, VOID, call_intrinsic, cast, declare, llvm_type, opaque
 from .target import Target
 
 ERROR_GLOBAL = "__tecomp_error"
@@ -74,12 +82,12 @@ class Needs:
 
 # Generic LLVM intrinsics the NVPTX backend lowers on every supported arch (each checked with
 # LLVM 22 for sm_75, sm_80, sm_90, sm_90a, scalar and vector forms). Notably absent:
-# llvm.exp/log/pow/sin/cos (abort: "Cannot select"; use libdevice) and llvm.exp2
-# (approximate ex2.approx).
+# llvm.exp/log/pow/sin/cos (abort: "Cannot select"; use libdevice), llvm.exp2
+# (approximate ex2.approx) and llvm.masked.load (see `_REFUSED`).
 _GENERIC = frozenset({
     "abs", "assume", "ceil", "copysign", "ctlz", "ctpop", "cttz", "expect", "fabs", "floor",
     "fma", "fmuladd", "fptosi.sat", "fptoui.sat", "lifetime.end", "lifetime.start",
-    "masked.gather", "masked.load", "masked.scatter", "masked.store", "maximum", "maxnum",
+    "masked.gather", "masked.scatter", "masked.store", "maximum", "maxnum",
     "memcpy", "memmove", "memset", "minimum", "minnum", "nearbyint", "prefetch", "rint",
     "round", "roundeven", "smax", "smin", "sqrt", "trunc", "umax", "umin",
     "vector.reduce.add", "vector.reduce.and", "vector.reduce.fadd", "vector.reduce.fmax",
@@ -100,6 +108,15 @@ INTRINSICS: dict[str, Needs] = {
     "nvvm.cp.async.": Needs((8, 0)),  # sm_75: LLVM aborts
     "nvvm.mbarrier.": Needs((8, 0)),
     "nvvm.wgmma.": Needs((9, 0), arch_specific=True),  # sm_90 without "a": LLVM aborts
+}
+# Generic intrinsics that LLVM 22's NVPTX backend can abort the process on, with why. A masked
+# load whose mask the optimiser makes constant is selected as a vector load with a used-bytes
+# mask, which asserts (passthru not poison; mask all on or all off; the 1-lane piece of an odd
+# vector); whether that happens is only known after optimisation. `CodegenNVPTX` emits masked
+# accesses per lane instead; this catches IR text handed to `emit_ptx` directly.
+_REFUSED: dict[str, str] = {
+    "masked.load": "LLVM's NVPTX backend aborts on masked loads whose mask becomes constant "
+                   "(emit per-lane predicated loads instead, as CodegenNVPTX does)",
 }
 _DECLARE = re.compile(r'^declare\b[^@\n]*@"?(llvm\.[A-Za-z0-9_.$]+)"?\s*\(', re.M)
 _EXTERN = re.compile(r"\.extern\s+\.func\b[^;]*?([A-Za-z_$.][\w$.]*)\s*\(", re.S)
@@ -125,6 +142,11 @@ def check_intrinsics(ir_text: str, target: Target) -> None:
     """
     gpu = target.gpu
     for name in sorted(set(_DECLARE.findall(ir_text))):
+        short = name[len("llvm."):]
+        why = next((w for base, w in _REFUSED.items()
+                    if short == base or short.startswith(base + ".")), None)
+        if why is not None:
+            raise TecompError(f"intrinsic {name!r} cannot be compiled for {target}: {why}")
         needs = _lookup(name)
         if needs is None:
             what = "NVVM intrinsic" if name.startswith("llvm.nvvm.") else "intrinsic"
@@ -248,6 +270,10 @@ class CodegenNVPTX(CodegenLLVM):
         fn.attributes.add("nounwind")
         # llvmlite only knows valueless attributes; AttributeSet is a set of strings.
         set.add(fn.attributes, f'"nvvm.maxntid"="{threads}"')
+        # With .maxntid alone ptxas sizes registers for a full SM of such blocks (64 threads:
+        # 32 blocks, 32 registers each) and spills; one block per SM at least, as CUDA's
+        # __launch_bounds__(T, 1), lets it use what the block needs.
+        set.add(fn.attributes, '"nvvm.minctasm"="1"')
         self.name_params(func, fn)
         # The alignment promised for each buffer; LLVM derives vector access alignment from it.
         align = [min(PARAM_ALIGN, max(buf.align, buf.itemsize)) for buf in func.params]
@@ -389,8 +415,117 @@ class CodegenNVPTX(CodegenLLVM):
         self.stmt(s.body)
         del self.st.bufs[buf.data]
 
+    # masked memory accesses -----------------------------------------------------------------
+    def _masked(self, op: str, vty: ir.Type, args: list[ir.Value]) -> ir.Value:
+        """A masked load/store/gather/scatter (`memory.MemoryMixin` operands) without the
+        ``llvm.masked.*`` intrinsics: per-lane predicated scalar accesses, and for contiguous
+        accesses one plain vector access when every lane is active.
+
+        LLVM 22's NVPTX backend lowers an ``llvm.masked.load`` whose mask is a constant (which
+        the optimiser often makes of a vector tail's mask) as a full vector load with a
+        used-bytes mask; that lowering aborts the process on a passthru that is not poison, on
+        a mask it finds all on or all off, and on the 1-lane piece of an odd vector (3 lanes:
+        "Do not know how to scalarize"). Whether the mask becomes constant is only known after
+        optimisation, so no form of the intrinsic is safe; this is what LLVM's own
+        scalarisation of a variable mask would give, plus the vector fast path.
+        """
+        load = op in ("load", "gather")
+        if load:
+            addr, align_c, mask, passthru = args
+            value: ir.Value | None = None
+            elty = vty.element
+        else:
+            value, addr, align_c, mask = args
+            passthru = value
+            elty = value.type.element
+        align = align_c.constant
+        known = _lane_constants(mask)
+        contiguous = op in ("load", "store")
+        b = self.b
+
+        def lane_ptr(i: int) -> ir.Value:
+            lane = ir.Constant(I32, i)
+            if contiguous:
+                return b.gep(addr, [lane], inbounds=True, source_etype=elty)
+            if (isinstance(addr, ir.GEPInstr) and len(addr.indices) == 1
+                    and isinstance(addr.indices[0].type, ir.VectorType)):
+                # Rebuild the lane's address from the base pointer: address-space inference
+                # does not look through an extractelement of a vector GEP, and the access
+                # would become a generic ld/st instead of ld.global/ld.shared.
+                idx = b.extract_element(addr.indices[0], lane)
+                return b.gep(addr.pointer, [idx], inbounds=addr.inbounds,
+                             source_etype=addr.source_etype)
+            return b.extract_element(addr, lane)
+
+        def vector() -> ir.Value:
+            if load:
+                return b.load(addr, typ=vty, align=align)
+            b.store(value, addr, align=align)
+            return passthru
+
+        def per_lane() -> ir.Value:
+            if load:
+                return self._per_lane_load(lane_ptr, elty, align, mask, passthru, known)
+            assert value is not None
+            self._per_lane_store(lane_ptr, value, align, mask, known)
+            return passthru
+
+        if contiguous and all(k is True for k in known):
+            return vector()
+        if not contiguous or any(k is not None for k in known):
+            return per_lane()  # nothing to gain from a vector access (or known partial lanes)
+        # One reduction (NVPTX lowers it for any lane count, odd ones included).
+        active = call_intrinsic(b, "vector.reduce.and", [mask], ret=I1)
+        if load:
+            return self.if_value(active, vector, per_lane)
+        with b.if_else(active) as (then, otherwise):
+            with then:
+                vector()
+            with otherwise:
+                per_lane()
+        return passthru
+
+    def _per_lane_load(self, lane_ptr: Callable[[int], ir.Value], elty: ir.Type, align: int,
+                       mask: ir.Value, passthru: ir.Value, known: list[bool | None]) -> ir.Value:
+        """``passthru`` with each active lane ``i`` loaded from ``lane_ptr(i)``, each under a
+        branch on its mask bit (no load of an inactive lane is ever executed)."""
+        b = self.b
+        v = passthru
+        for i, k in enumerate(known):
+            lane = ir.Constant(I32, i)
+            if k is False:
+                continue
+            if k is True:
+                v = b.insert_element(v, b.load(lane_ptr(i), typ=elty, align=align), lane)
+                continue
+            pre = b.block
+            with b.if_then(b.extract_element(mask, lane)):
+                loaded = b.insert_element(v, b.load(lane_ptr(i), typ=elty, align=align), lane)
+                then_end = b.block
+            phi = b.phi(v.type)
+            phi.add_incoming(loaded, then_end)
+            phi.add_incoming(v, pre)
+            v = phi
+        return v
+
+    def _per_lane_store(self, lane_ptr: Callable[[int], ir.Value], value: ir.Value, align: int,
+                        mask: ir.Value, known: list[bool | None]) -> None:
+        """Store each active lane ``i`` of ``value`` to ``lane_ptr(i)`` under its mask bit."""
+        b = self.b
+        for i, k in enumerate(known):
+            lane = ir.Constant(I32, i)
+            if k is False:
+                continue
+            if k is True:
+                b.store(b.extract_element(value, lane), lane_ptr(i), align=align)
+                continue
+            with b.if_then(b.extract_element(mask, lane)):
+                b.store(b.extract_element(value, lane), lane_ptr(i), align=align)
+
     # expressions ----------------------------------------------------------------------------
     def target_call(self, e: E.Call) -> ir.Value | None:
+        if e.name == "shfl_xor_sync":
+            return self._shfl_xor(e)
         if e.name != S.BARRIER:
             return None
         if self._guards:
@@ -402,6 +537,31 @@ class CodegenNVPTX(CodegenLLVM):
                      ir.FunctionType(VOID, [I32]))
         self.b.call(fn, [ir.Constant(I32, 0)])
         return ir.Constant(I32, 0)
+
+    def _shfl_xor(self, e: E.Call) -> ir.Value:
+        """``__shfl_xor_sync(mask, value, lane_mask, width)`` on a 32-bit value."""
+        if self._guards:
+            raise CodegenError(
+                f"warp shuffle inside the guard {self._guards[-1]}: threads outside the loop's "
+                "extent would not take part (a divergent shfl.sync)")
+        mask, value, lane, width = e.args
+        if dt.lanes(e.dtype) != 1 or dt.itemsize(e.dtype) != 4:
+            raise CodegenError(f"shfl_xor_sync moves 32-bit scalars, got {e.dtype}: {e}")
+        if not isinstance(width, E.IntImm) or width.value not in (1, 2, 4, 8, 16, 32):
+            raise CodegenError(f"shfl_xor_sync width must be a constant power of two <= 32: {e}")
+        flt = dt.is_float(e.dtype)
+        ty = llvm_type("float32") if flt else I32
+        fn = declare(self.module, f"llvm.nvvm.shfl.sync.bfly.{'f32' if flt else 'i32'}",
+                     ir.FunctionType(ty, [I32, ty, I32, I32]))
+        v = self.expr(value)
+        if not flt and v.type != I32:
+            raise CodegenError(f"shfl_xor_sync of {e.dtype} is not supported: {e}")
+        # PTX's c operand: segment mask in bits 8-12 (lanes outside the width), clamp 0x1f
+        clamp = ir.Constant(I32, ((32 - width.value) << 8) | 0x1F)
+        m, ln = self.expr(mask), self.expr(lane)
+        if m.type != I32 or ln.type != I32:
+            raise CodegenError(f"shfl_xor_sync takes a 32-bit mask and lane mask: {e}")
+        return self.b.call(fn, [m, v, ln, clamp])
 
     def extern_call(self, e: E.Call) -> ir.Value:
         if not e.name.startswith("__nv_"):
@@ -416,6 +576,17 @@ class CodegenNVPTX(CodegenLLVM):
 
 def _is_zero(e: E.Expr) -> bool:
     return isinstance(e, E.IntImm) and e.value == 0
+
+
+def _lane_constants(mask: ir.Value) -> list[bool | None]:
+    """Each lane of an i1 vector ``mask``: True/False where it is a constant, else None."""
+    n = mask.type.count
+    if isinstance(mask, ir.Constant):
+        c = mask.constant
+        if isinstance(c, (list, tuple)) and len(c) == n:
+            return [bool(x.constant) if isinstance(x, ir.Constant) and isinstance(x.constant, int)
+                    else None for x in c]
+    return [None] * n
 
 
 def codegen_nvptx(funcs: list[S.PrimFunc], target: Target,
