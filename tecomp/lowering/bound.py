@@ -3,7 +3,8 @@
 Stages are visited consumers-first. A stage at root produces its whole domain. A stage computed
 at loop ``iv`` of a consumer produces the union of the regions its readers touch while the loops
 outside ``iv`` are fixed and the loops inside are relaxed to their ranges (interval analysis);
-that region's extent, bounded by a constant where possible, sizes its buffer.
+that region's extent, bounded by a constant where possible, sizes its buffer. The region never
+exceeds the stage's own domain (reads outside it are in branches never taken, see `_window`).
 
 On a GPU a loop bound to a thread index is not fixed for a buffer that several threads share
 (TVM's InferBound): a "shared" buffer computed inside a ``threadIdx`` loop holds what the
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..arith.interval import Interval, const_bounds, eval_interval
+from ..arith.interval import Interval, can_prove, const_bounds, eval_interval
 from ..arith.simplify import simplify
 from ..errors import LoweringError, ScheduleError
 from ..ir.expr import (
+    LE,
     LT,
     Expr,
     FloorDiv,
@@ -144,6 +146,7 @@ def infer_bounds(
                     v.visit(e)
                 if v.found:
                     readers[st].append(other)
+    thread_ext: dict[IterVar, tuple[Expr, Stage, IterVar]] = {}  # thread axis -> first bound loop
     for st in reversed(stages):
         op = st.op
         assert isinstance(op, ComputeOp)
@@ -171,7 +174,32 @@ def infer_bounds(
                 b.conds.append(LT(rv, iv.dom.min + iv.dom.extent))
                 b.conds.append(LT(iv.dom.min - 1, rv))
         out[st] = b
+        if scopes is not None:
+            _check_thread_extents(st, b, thread_ext)
     return out
+
+
+def _check_thread_extents(st: Stage, b: StageBounds,
+                          seen: dict[IterVar, tuple[Expr, Stage, IterVar]]) -> None:
+    """One ``te.thread_axis`` object is one hardware index with one extent (TVM's InferBound
+    refuses it too): loops of different extents must be bound to different objects, whose
+    launch extent is then the largest, the narrower loops masked (gpu_check)."""
+    for leaf in st.leaf_iter_vars:
+        a = st.iter_var_attrs.get(leaf)
+        th = a.bind_thread if a is not None else None
+        if th is None:
+            continue
+        ext = simplify(b.ext[leaf])
+        prev = seen.setdefault(th, (ext, st, leaf))
+        pext, pst, pleaf = prev
+        same = (pext.value == ext.value if isinstance(pext, IntImm) and isinstance(ext, IntImm)
+                else str(pext) == str(ext))
+        if not same:
+            raise ScheduleError(
+                f"one te.thread_axis('{th.thread_tag}') is bound to loops of different extents: "
+                f"'{pleaf.name}' of {pst.name} ({pext}) and '{leaf.name}' of {st.name} ({ext}); bind "
+                f"them to separate te.thread_axis('{th.thread_tag}') objects (the launch takes the "
+                "largest extent, and a narrower loop runs only on the threads below its extent)")
 
 
 def _region(
@@ -260,31 +288,55 @@ def _region(
     exts: list[Expr] = []
     for d, iv in enumerate(op.axis):
         assert iv.dom is not None
-        if unbounded[d] or lo[d] is None:
+        if unbounded[d] or lo[d] is None or hi[d] is None:
             mins.append(iv.dom.min)
             exts.append(iv.dom.extent)
             continue
-        mn = lo[d]
-        ex = simplify(hi[d] - mn + 1)  # type: ignore[operator]
-        if not isinstance(ex, IntImm):
-            _, ub = const_bounds(ex, fixed_ranges)
-            dom_ub = const_bounds(iv.dom.extent, fixed_ranges)[1]
-            narrowed = False
-            if ub is not None:
-                narrowed = dom_ub is not None and dom_ub < ub
-                ex = const(ub if dom_ub is None else min(ub, dom_ub))
-            elif any(isinstance(v, AxisVar) for v in free_vars(ex)):
-                narrowed = True
-                ex = iv.dom.extent  # an allocation cannot depend on the loops around it
-            if narrowed:
-                # The window is narrower than the reads; those outside the domain happen only
-                # in branches never taken (if_then_else padding), so start the window inside
-                # the domain, else it would stop short of the reads near its top.
-                mn = simplify(Max(mn, iv.dom.min))  # type: ignore[arg-type]
-        assert mn is not None
+        mn, ex = _window(lo[d], hi[d], iv.dom.min, iv.dom.extent, fixed_ranges)  # type: ignore[arg-type]
         mins.append(mn)
         exts.append(ex)
     return mins, exts
+
+
+def _window(lo: Expr, hi: Expr, dmin: Expr, dext: Expr,
+            ranges: dict[Var, tuple[Expr, Expr]]) -> tuple[Expr, Expr]:
+    """The buffer window ``(min, extent)`` of one dimension read at ``[lo, hi]`` (which may
+    depend on the fixed loops around the attach point, ``ranges``) of a stage whose domain is
+    ``[dmin, dmin + dext)``: the extent a constant where one bounds it.
+
+    Reads outside the domain happen only in branches never taken (``if_then_else(i < n,
+    X[i + k], 0)``, a reduction's ``where``), since the stage has no such points (TVM assumes
+    the same when it intersects a read region with the tensor's shape); so the window only has
+    to hold the reads clipped to the domain.
+    """
+    ex = simplify(hi - lo + 1)
+    ub_raw = ex.value if isinstance(ex, IntImm) else const_bounds(ex, ranges)[1]
+    ub_dom = const_bounds(dext, ranges)[1]
+    if ub_raw is not None and (ub_dom is None or ub_raw <= ub_dom):
+        # no larger than the domain: the reads' own window (clipping could only trim its ends,
+        # at the price of a max() in every index of the buffer)
+        return lo, ex if isinstance(ex, IntImm) else const(max(ub_raw, 1))
+    cmn = _clip(lo, dmin, ranges, upper=False)
+    cmx = _clip(hi, simplify(dmin + dext - 1), ranges, upper=True)
+    known = [b for b in (ub_raw, ub_dom, const_bounds(simplify(cmx - cmn + 1), ranges)[1]) if b is not None]
+    if known:
+        return cmn, const(max(min(known), 1))
+    if any(isinstance(v, AxisVar) for v in free_vars(ex)):
+        # no constant bounds it (a symbolic size), and an allocation cannot depend on the loops
+        # around it: the whole domain, from where the clipped reads start
+        return cmn, dext
+    return lo, ex
+
+
+def _clip(e: Expr, bound: Expr, ranges: dict[Var, tuple[Expr, Expr]], upper: bool) -> Expr:
+    """``min(e, bound)`` (``upper``) or ``max(e, bound)``, without the min/max where the loop
+    ranges decide it."""
+    inside, outside = (LE(e, bound), LE(bound, e)) if upper else (LE(bound, e), LE(e, bound))
+    if can_prove(inside, ranges):
+        return e
+    if can_prove(outside, ranges):
+        return bound
+    return simplify(Min(e, bound) if upper else Max(e, bound))
 
 
 def _owner(leaf: IterVar, c: Stage, parent: Stage, done: dict[Stage, StageBounds]) -> Stage:

@@ -22,7 +22,7 @@ from ..ir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, thread_tag
 class _Walk(StmtVisitor):
     def __init__(self, kernel: str) -> None:
         self.kernel = kernel
-        self.tags: list[str] = []  # enclosing thread-bound loops, outermost first
+        self.tags: list[tuple[str, Expr]] = []  # enclosing thread-bound loops (tag, extent), outermost first
         self.launch: dict[str, Expr] = {}
         self.shared: dict[str, int] = {}  # shared buffer -> bytes
 
@@ -40,21 +40,30 @@ class _Walk(StmtVisitor):
             super().visit_For(s)
             return
         ext = simplify(s.extent)
-        if tag not in self.tags:
+        outer = next((e for t, e in reversed(self.tags) if t == tag), None)
+        if outer is None:
+            # Loops of one tag that are not nested (a cooperative load at a blockIdx loop beside
+            # the consumer's threadIdx loop) may differ, as in TVM: the launch takes the
+            # largest, and a narrower loop runs only for the indices below its extent (the
+            # codegen and the emulator mask it, docs/gpu-ir.md).
             known = self.launch.get(tag)
-            if known is None:
+            if known is None or _same(known, ext):
                 self.launch[tag] = ext
-            elif not _same(known, ext):
+            elif isinstance(known, IntImm) and isinstance(ext, IntImm):
+                self.launch[tag] = ext if ext.value > known.value else known
+            else:
+                # no launch extent covers both for every value of the sizes (a symbolic grid)
                 raise ScheduleError(f"{self.kernel}: {tag} is bound to loops of different extents "
                                     f"({known} and {ext}, loop '{s.var.name}'); a launch has one "
-                                    "extent per thread index")
-        else:
-            outer = self.launch[tag]
-            if isinstance(ext, IntImm) and isinstance(outer, IntImm) and ext.value > outer.value:
-                raise ScheduleError(f"{self.kernel}: loop '{s.var.name}' (extent {ext.value}) is bound "
-                                    f"to {tag} inside a {tag} loop of extent {outer.value}: a stage "
-                                    "cannot use more threads than its block has")
-        self.tags.append(tag)
+                                    "extent per thread index, and the larger of these is not known "
+                                    "when the kernel is compiled")
+        elif isinstance(ext, IntImm) and isinstance(outer, IntImm) and ext.value > outer.value:
+            # nested: the hardware index is the enclosing loop's, so indices past its extent
+            # never reach this loop's body
+            raise ScheduleError(f"{self.kernel}: loop '{s.var.name}' (extent {ext.value}) is bound "
+                                f"to {tag} inside a {tag} loop of extent {outer.value}: a stage "
+                                "cannot use more threads than its block has")
+        self.tags.append((tag, ext))
         super().visit_For(s)
         self.tags.pop()
 

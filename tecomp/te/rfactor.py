@@ -79,5 +79,6 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
 
     rf_stage = Stage(rf_op, sch)
     sch._insert_stage(rf_stage, st)
+    # also re-points stages that read the op being replaced (a cache_read copy of this stage)
     sch._replace_op(st, new_op, keep_axes=False)
     return rf_t

@@ -550,6 +550,48 @@ def test_rfactor_max_compute_at():
     np.testing.assert_array_equal(b, a.max(1))
 
 
+def _sum_then_double(n: int, k: int):
+    A = te.placeholder((n, k), name="A")
+    r = te.reduce_axis((0, k), name="r")
+    S = te.compute((n,), lambda i: te.sum(A[i, r], axis=r), name="S")
+    R = te.compute((n,), lambda i: S[i] * 2.0, name="R")
+    return A, S, R
+
+
+@pytest.mark.parametrize("then", ["rfactor", "cache_read", "cache_write"])
+def test_a_cache_read_copy_follows_its_source_when_the_source_is_replaced(then):
+    # cache_read(A, .., [S]) gives S a new op; cache_read(S, "local", [R]) then copies from that
+    # op. A later primitive replacing S's op again (rfactor, another cache_read into S,
+    # cache_write) must re-point the copy (TVM's ReplaceDataFlow), else the copy reads a stale
+    # op and S, computed at a loop of R, has "nothing reads it".
+    n, k = 7, 37
+    A, S, R = _sum_then_double(n, k)
+    B = te.placeholder((n,), name="B")
+    if then == "cache_read":  # a second input of S, cached after S was copied
+        r = te.reduce_axis((0, k), name="r")
+        S = te.compute((n,), lambda i: te.sum(A[i, r] + B[i], axis=r), name="S")
+        R = te.compute((n,), lambda i: S[i] * 2.0, name="R")
+    s = te.create_schedule(R.op)
+    s.cache_read(A, "local", [S])
+    SL = s.cache_read(S, "local", [R])
+    if then == "rfactor":
+        ro, ri = s[S].split(s[S].op.reduce_axis[0], factor=4)
+        SF = s.rfactor(S, ri)
+        s[SF].compute_at(s[R], R.op.axis[0])
+    elif then == "cache_read":
+        s.cache_read(B, "local", [S])
+    else:
+        s.cache_write(S, "local")
+    s[SL].compute_at(s[R], R.op.axis[0])
+    s[S].compute_at(s[R], R.op.axis[0])
+    a, b = rand((n, k)), rand((n,))
+    args = [A, B, R] if then == "cache_read" else [A, R]
+    ins = [a, b] if then == "cache_read" else [a]
+    _, (out,) = run(s, args, ins, [(n,)], interp_too=True)
+    want = (a.astype("float64") + (b[:, None] if then == "cache_read" else 0)).sum(1) * 2
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
 # combinations ---------------------------------------------------------------------------------
 
 
