@@ -72,10 +72,10 @@ def load_extern_library(path: str) -> None:
 
 def __getattr__(name: str) -> Any:
     # runtime is imported lazily so `import tecomp` stays fast
-    if name == "runtime":
+    if name in ("runtime", "tir", "target"):  # tir/target: TVM's spellings (see those modules)
         import importlib
 
-        return importlib.import_module(".runtime", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'tecomp' has no attribute {name!r}")
 
 

@@ -159,7 +159,8 @@ class CUDABackend(Backend):
                               "target the emulator checks every access: f.emulate(*arrays)")
         cg = CodegenNVPTX(target)
         for f in funcs:
-            cg.add_function(f)
+            for k in f.attrs.get("kernels") or [f]:  # a host function launches several
+                cg.add_function(k)
         return Artifact(target, tuple(KernelSpec.of(f) for f in funcs), str(cg.module),
                         funcs=tuple(funcs))
 

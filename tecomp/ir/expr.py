@@ -104,6 +104,10 @@ class Expr:
 
     __hash__ = object.__hash__
 
+    def equal(self, o: ExprLike) -> Expr:
+        """``self == o`` as an expression (TVM's spelling, e.g. ``tx.var.equal(0)``)."""
+        return cmpop(EQ, self, o)
+
     def astype(self, dtype: str) -> Expr:
         """Cast to ``dtype`` (no-op when the dtype already matches)."""
         d = dt.canonical(dtype)
@@ -127,11 +131,17 @@ class IntImm(Expr):
     value: int
     dtype: str = "int32"
 
+    def __int__(self) -> int:  # a constant reads as a number (TVM's IntImm does too)
+        return self.value
+
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class FloatImm(Expr):
     value: float
     dtype: str = "float32"
+
+    def __float__(self) -> float:
+        return self.value
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

@@ -131,4 +131,11 @@ def func_str(f: Any) -> str:
         shape = ", ".join(expr_str(x) for x in b.shape)
         params.append(f"{b.name}: {b.dtype}[{shape}]")
     head = f"def {f.name}({', '.join(params)}):"
-    return head + "\n" + stmt_str(f.body, 1)
+    text = head + "\n" + stmt_str(f.body, 1)
+    inter = f.attrs.get("intermediates")
+    if inter:
+        text += "\n  # global intermediates: " + ", ".join(
+            f"{b.name}: {b.dtype}[{', '.join(expr_str(x) for x in b.shape)}]" for b in inter)
+    for k in f.attrs.get("kernels") or ():  # a host function: its kernels follow
+        text += "\n\n" + func_str(k)
+    return text

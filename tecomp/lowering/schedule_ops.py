@@ -12,6 +12,7 @@ from ..ir.buffer import Buffer
 from ..ir.expr import (
     And,
     BufferLoad,
+    Call,
     Expr,
     IntImm,
     ProducerLoad,
@@ -178,24 +179,12 @@ class Lowering:
                     f"stage {st.name}: storage scope 'shared' (GPU shared memory) needs a GPU "
                     "target (target=\"cuda\"); on a CPU use 'local' or 'global'")
         if self.gpu and len(roots) > 1:
-            raise LoweringError(
-                f"{self.name}: stages {', '.join(st.name for st in roots)} are all computed at "
-                "root; a cuda build makes one kernel, so compute all but the output inline or "
-                "at a loop of their consumer (compute_inline / compute_at)")
+            return self._kernels(roots)
         body = seq(*[self.stage_nest(st) for st in roots])
         for st in reversed(roots):
             for buf in self.local_allocs.get(st, []):
                 body = Allocate(buf, body)
-        body = _PlainVars().visit_stmt(body)
-        unbound = _Unbound(self.dim_vars)
-        unbound.visit_stmt(body)
-        if unbound.found:
-            names = ", ".join(sorted(v.name for v in unbound.found))
-            raise LoweringError(
-                f"{self.name}: the computation uses variable(s) {names} that are not a dimension "
-                "of any argument; scalar parameters are not supported yet (pass the value in a "
-                "1-element tensor), and symbolic sizes must appear in an argument's shape"
-            )
+        body = self._finish(body)
         fn = PrimFunc(self.name, self.params, body, self.dim_vars)
         fn.attrs["outputs"] = self.outputs
         if self.gpu:
@@ -206,12 +195,78 @@ class Lowering:
             fn.attrs["launch"] = check_gpu_kernel(fn, self.target, {st.name for st in roots})
         return fn
 
+    def _finish(self, body: Stmt) -> Stmt:
+        body = _PlainVars().visit_stmt(body)
+        unbound = _Unbound(self.dim_vars)
+        unbound.visit_stmt(body)
+        if unbound.found:
+            names = ", ".join(sorted(v.name for v in unbound.found))
+            raise LoweringError(
+                f"{self.name}: the computation uses variable(s) {names} that are not a dimension "
+                "of any argument; scalar parameters are not supported yet (pass the value in a "
+                "1-element tensor), and symbolic sizes must appear in an argument's shape"
+            )
+        return body
+
+    def _kernels(self, roots: list[Stage]) -> PrimFunc:
+        """One kernel per root stage, launched in order (as TVM does): a tensor computed at
+        root that is not an argument lives in global memory between the kernels, allocated by
+        the runtime for each call (``attrs["intermediates"]``). The returned function is the
+        host side: the arguments, and ``attrs["kernels"]``, each a complete GPU kernel whose
+        parameters are the buffers it touches."""
+        from ..ir.expr import StringImm
+        from ..ir.stmt import Evaluate
+        from .gpu_check import check_gpu_kernel
+
+        assert self.target is not None
+        inter = [b for st in roots for b in self.local_allocs.get(st, [])]
+        kernels: list[PrimFunc] = []
+        for k, st in enumerate(roots):
+            body = self._finish(self.stage_nest(st))
+            data = _Data()
+            data.visit_stmt(body)
+            used = data.used
+            params = [b for b in self.params + inter if b.data in used]
+            shape_vars: set[Var] = set()
+            for b in params:
+                for d in b.shape:
+                    shape_vars |= free_vars(d)
+            dims = [v for v in self.dim_vars if v in shape_vars]
+            missing = sorted(v.name for v in free_vars(body) if v in set(self.dim_vars) - shape_vars)
+            if missing:
+                raise LoweringError(
+                    f"{self.name}: the kernel of stage {st.name} uses the size(s) {', '.join(missing)} "
+                    "but touches no buffer with that size in its shape")
+            kf = PrimFunc(f"{self.name}_kernel{k}", params, body, dims)
+            kf.attrs["target"] = self.target
+            kf.attrs["outputs"] = [i for i, b in enumerate(params) if b in self._written(st)]
+            kf.attrs["launch"] = check_gpu_kernel(kf, self.target, {st.name})
+            kernels.append(kf)
+        host_body = seq(*[Evaluate(Call("int32", "launch_kernel", (StringImm(kf.name),)))
+                          for kf in kernels])
+        fn = PrimFunc(self.name, self.params, host_body, self.dim_vars)
+        fn.attrs["outputs"] = self.outputs
+        fn.attrs["target"] = self.target
+        fn.attrs["kernels"] = kernels
+        fn.attrs["intermediates"] = inter
+        return fn
+
+    def _written(self, st: Stage) -> list[Buffer]:
+        """The global buffers the nest of root stage ``st`` stores to."""
+        return [b for k in range(st.op.num_outputs)  # type: ignore[attr-defined]
+                if (b := self.buffers[(st, k)]).scope == "global" or b in self.params]
+
     def _attached(self, st: Stage, iv: IterVar) -> list[Stage]:
         return [c for c in self.stages if c.attach_stage is st and c.attach_ivar is iv]
 
     def stage_nest(self, st: Stage) -> Stmt:
         op = st.op
         assert isinstance(op, ComputeOp)
+        if self.gpu:
+            from .cross_thread import cross_thread_nest, thread_reduce_leaves
+
+            if thread_reduce_leaves(st):
+                return cross_thread_nest(self, st)
         b = self.bounds[st]
         leaves = st.leaf_iter_vars
         vmap = {iv.var: b.root_value(iv) for iv in op.axis + op.reduce_axis}
@@ -224,6 +279,10 @@ class Lowering:
         conds = [simplify(c) for c in b.conds]
         red_vars = {iv.var for iv in leaves if iv.kind == IterVarKind.REDUCE}
         spatial_conds = [c for c in conds if not (free_vars(c) & red_vars)]
+        pred = self.store_predicate(st)
+        if pred is not None:  # TVM: the predicate guards every store of the stage
+            conds.append(pred)
+            spatial_conds.append(pred)
         init_stmt: Stmt | None = None
         if is_reduce:
             update, init = self._reduce_stmts(st, vmap, out_idx)
@@ -275,16 +334,17 @@ class Lowering:
             return For(iv.var, const(0), ext, kind, body, ann)
         tag = thread.thread_tag
         if tag == "vthread":
-            # virtual threads are serial copies of the body (TVM interleaves them for
-            # performance; the values computed are the same)
-            return For(iv.var, const(0), ext, ForKind.UNROLLED, body, ann)
-        if iv.kind == IterVarKind.REDUCE:
-            # every thread would add into the same output element: a race, unless the
-            # lowering builds a cross-thread reduction (partials in shared memory, a tree)
+            # virtual threads: an unrolled loop marked as such; the GPU pipeline's
+            # inject_virtual_thread pushes it inward so that what does not depend on it (a
+            # shared tile's load) runs once
+            return For(iv.var, const(0), ext, ForKind.UNROLLED, body, ((THREAD_TAG, "vthread"), *ann))
+        if iv.kind == IterVarKind.REDUCE and not tag.startswith("threadIdx"):
+            # threadIdx-bound reduce axes are cross-thread reductions (cross_thread.py); blocks
+            # cannot synchronise with each other inside a kernel
             raise ScheduleError(
-                f"stage {st.name}: reduction axis '{iv.name}' is bound to {tag}; cross-thread "
-                "reductions are not supported yet: bind only spatial axes, and reduce within "
-                "each thread (rfactor + a second stage can split a long reduction)")
+                f"stage {st.name}: reduction axis '{iv.name}' is bound to {tag}; blocks cannot "
+                "combine their partial results within one kernel: bind it to threadIdx.* (a "
+                "cross-thread reduction), or rfactor it into a stage of its own")
         if tag not in THREAD_TAGS:
             raise ScheduleError(f"stage {st.name}: axis '{iv.name}' is bound to unknown thread tag "
                                 f"{tag!r}; use one of {', '.join(THREAD_TAGS)} or 'vthread'")
@@ -315,6 +375,21 @@ class Lowering:
                 f"stage {st.name}: cannot vectorize axis '{iv.name}' with non-constant extent {ext}"
             )
         return self._for(st, iv, ext, kind, body, ann)
+
+    def store_predicate(self, st: Stage) -> Expr | None:
+        """``st``'s store predicate with thread axes read as the loops bound to them."""
+        pred = st.store_predicate
+        if pred is None:
+            return None
+        from .cross_thread import enclosing_threads
+
+        vmap: dict[Var, Expr] = {}
+        around = [(st, iv) for iv in st.leaf_iter_vars] + [(o, iv) for _, iv, o in enclosing_threads(st)]
+        for owner, iv in around:
+            a = owner.iter_var_attrs.get(iv)
+            if a is not None and a.bind_thread is not None:
+                vmap.setdefault(a.bind_thread.var, iv.var)
+        return simplify(substitute(pred, vmap))
 
     def _reduce_stmts(self, st: Stage, vmap: dict[Var, Expr], out_idx: list[Expr]) -> tuple[Stmt, Stmt]:
         reds = self.bodies[st]
@@ -375,6 +450,21 @@ class _PlainVars(StmtMutator):
         assert isinstance(s2, LetStmt)
         v = self.visit_Var(s.var)
         return s2 if v is s.var else LetStmt(v, s2.value, s2.body)  # type: ignore[arg-type]
+
+
+class _Data(StmtVisitor):
+    """The data Vars of the buffers a statement loads or stores."""
+
+    def __init__(self) -> None:
+        self.used: set[Var] = set()
+
+    def visit_BufferLoad(self, e: BufferLoad) -> None:
+        self.used.add(e.buffer.data)
+        super().visit_BufferLoad(e)
+
+    def visit_BufferStore(self, s: BufferStore) -> None:
+        self.used.add(s.buffer.data)
+        super().visit_BufferStore(s)
 
 
 class _Unbound(StmtVisitor):

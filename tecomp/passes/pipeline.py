@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from ..ir.stmt import PrimFunc
 from .flatten import flatten
+from .inject_virtual_thread import inject_virtual_thread
 from .loop_partition import loop_partition
 from .simplify import simplify_func
 from .storage_rewrite import storage_rewrite
@@ -34,6 +35,7 @@ PIPELINE: list[tuple[str, Pass]] = [
 # GPU kernels: no storage rewrite (its CPU stack-buffer reuse does not know shared memory),
 # and barriers last, on the final statement structure.
 GPU_PIPELINE: list[tuple[str, Pass]] = [
+    ("inject_virtual_thread", inject_virtual_thread),
     ("simplify", simplify_func),
     ("loop_partition", loop_partition),
     ("simplify", simplify_func),
@@ -55,6 +57,11 @@ def debug_pipeline() -> list[tuple[str, Pass]]:
 
 def run_pipeline(func: PrimFunc, passes: list[tuple[str, Pass]] | None = None,
                  debug: bool = False) -> PrimFunc:
+    kernels = func.attrs.get("kernels")
+    if kernels is not None:  # a host function launching several GPU kernels: each is lowered
+        attrs = dict(func.attrs)
+        attrs["kernels"] = [run_pipeline(k, passes, debug) for k in kernels]
+        return PrimFunc(func.name, func.params, func.body, func.dim_vars, attrs)
     if passes is None:
         gpu = func.attrs.get("target") is not None and func.attrs["target"].is_gpu
         passes = GPU_PIPELINE if gpu else debug_pipeline() if debug else PIPELINE

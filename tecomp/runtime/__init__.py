@@ -25,6 +25,18 @@ _LAZY = {
 }
 
 
+def convert(value: Any) -> Any:
+    """TVM's ``runtime.convert``: a Python number becomes an immediate expression, a list or
+    tuple a list of converted items; expressions and other objects are returned as they are."""
+    from ..ir.expr import Expr, to_expr
+
+    if isinstance(value, (list, tuple)):
+        return [convert(v) for v in value]
+    if isinstance(value, (bool, int, float)) and not isinstance(value, Expr):
+        return to_expr(value)
+    return value
+
+
 def __getattr__(name: str) -> Any:
     sub = _LAZY.get(name)
     if sub is None:
@@ -36,4 +48,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = sorted(_LAZY)
+__all__ = sorted([*_LAZY, "convert"])

@@ -949,6 +949,155 @@ class CudaKernel:
               params_address, 0, what=self._what("launching", call))
 
 
+class KernelSequence:
+    """A function made of several kernels launched in order (one per stage computed at root),
+    called like one kernel: ``seq(*arrays)``.
+
+    Host arrays are copied to the device once, before the first kernel, and the outputs back
+    after the last; device arrays are used in place. The tensors passed from kernel to kernel
+    (``intermediates``: dtype and a shape function of the dims) live in device memory
+    allocated for the call. ``steps``: each kernel with, per parameter, its index in the
+    arguments followed by the intermediates, and per dim its index in the function's dims.
+    """
+
+    def __init__(self, host: CudaKernel, steps: Sequence[tuple[CudaKernel, Sequence[int], Sequence[int]]],
+                 intermediates: Sequence[tuple[str, Callable[[Sequence[int]], tuple[int, ...]]]]) -> None:
+        self.host, self.steps, self.intermediates = host, list(steps), list(intermediates)
+        self.name = host.name
+
+    def prepare(self, *args: object) -> PreparedCall:
+        """The argument checks of a call (no driver needed)."""
+        return self.host.prepare(*args)
+
+    def _stage(self, call: PreparedCall, dev: CudaDevice, allocs: list[Any]) -> list[DeviceArray]:
+        """Device memory for every argument (host ones copied in) and every intermediate."""
+        drv = dev.drv
+
+        def alloc(nbytes: int, what: str) -> int:
+            if nbytes == 0:
+                return 0
+            p = _call(drv, "cuMemAlloc", nbytes, what=f"allocating {nbytes} B for {what}")
+            allocs.append(p)
+            return int(p)
+
+        arrays: list[DeviceArray] = []
+        for i, (h, d) in enumerate(zip(call.host, call.device)):
+            if d is not None:
+                arrays.append(d)
+                continue
+            assert h is not None
+            who = self.host.checker._who(i)
+            ptr = alloc(h.nbytes, who)
+            if h.nbytes:
+                _call(drv, "cuMemcpyHtoD", ptr, h.ctypes.data, h.nbytes, what=f"copying {who} to the device")
+            arrays.append(DeviceArray(ptr, h.shape, h.dtype, device=dev.ordinal))
+        for dtype, shape_of in self.intermediates:
+            shape = shape_of(call.dims)
+            npd = np.dtype(dtype)
+            arrays.append(DeviceArray(alloc(math.prod(shape) * npd.itemsize, "an intermediate tensor"),
+                                      shape, npd, device=dev.ordinal))
+        return arrays
+
+    def _calls(self, call: PreparedCall, arrays: list[DeviceArray]) -> list[tuple[CudaKernel, PreparedCall]]:
+        out = []
+        for kernel, idx, dim_idx in self.steps:
+            dims = tuple(call.dims[j] for j in dim_idx)
+            grid, block = kernel.launch_dims(dims)
+            out.append((kernel, PreparedCall([None] * len(idx), [arrays[j] for j in idx], dims, grid,
+                                             block, kernel.shared_mem)))
+        return out
+
+    def _copy_out(self, call: PreparedCall, arrays: list[DeviceArray], drv: Any) -> None:
+        what = f"copying outputs of {self.name} back to the host"
+        for i, h in enumerate(call.host):
+            if h is not None and h.nbytes and self.host.params[i].output:
+                _call(drv, "cuMemcpyDtoH", h.ctypes.data, arrays[i].ptr, h.nbytes, what=what)
+
+    @staticmethod
+    def _free(drv: Any, allocs: list[Any]) -> None:
+        for p in allocs:
+            try:
+                drv.cuMemFree(p)
+            except Exception:
+                pass
+
+    def __call__(self, *args: object) -> None:
+        call = self.host.prepare(*args)
+        dev = self.host.module.load()
+        with dev.activate():
+            allocs: list[Any] = []
+            try:
+                arrays = self._stage(call, dev, allocs)
+                for kernel, sub in self._calls(call, arrays):
+                    kernel._run(sub)
+                self._copy_out(call, arrays, dev.drv)
+            finally:
+                self._free(dev.drv, allocs)
+
+    def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0,
+                       warmup: int = 1) -> Callable[..., BenchmarkResult]:
+        """Like `CudaKernel.time_evaluator`, timing all the kernels back to back (seconds per
+        run of the whole sequence); copies between host and device are not timed."""
+        if number < 1 or repeat < 1:
+            raise ValueError("number and repeat must be at least 1")
+
+        def evaluate(*args: object) -> BenchmarkResult:
+            call = self.host.prepare(*args)
+            dev = self.host.module.load()
+            drv = dev.drv
+            results: list[float] = []
+            n = number
+            with dev.activate():
+                allocs: list[Any] = []
+                bounds: list[_Bound] = []
+                try:
+                    arrays = self._stage(call, dev, allocs)
+                    runs = []
+                    for kernel, sub in self._calls(call, arrays):
+                        _, fn = kernel._function()
+                        b = _Bound(kernel, dev, sub)
+                        b.copy_in()  # no host arrays: builds the parameter block only
+                        bounds.append(b)
+                        if kernel._ready(dev, fn, sub):
+                            runs.append((kernel, fn, sub, b.params_address))
+
+                    def once() -> None:
+                        for kernel, fn, sub, addr in runs:
+                            kernel._launch(dev, fn, sub, addr)
+
+                    what = f"timing {self.name}"
+                    for _ in range(warmup):
+                        once()
+                    _call(drv, "cuStreamSynchronize", 0, what=what)
+                    start = _call(drv, "cuEventCreate", 0, what="creating a CUDA event")
+                    end = _call(drv, "cuEventCreate", 0, what="creating a CUDA event")
+                    try:
+                        while len(results) < repeat:
+                            _call(drv, "cuEventRecord", start, 0, what=what)
+                            for _ in range(n):
+                                once()
+                            _call(drv, "cuEventRecord", end, 0, what=what)
+                            _call(drv, "cuEventSynchronize", end, what=what)
+                            ms = float(_call(drv, "cuEventElapsedTime", start, end, what=what))
+                            if ms < min_repeat_ms:
+                                n = max(int(math.ceil(min_repeat_ms / max(ms / n, 1e-6) * 1.2)), n * 2)
+                                continue
+                            results.append(ms / 1e3 / n)
+                    finally:
+                        drv.cuEventDestroy(start)
+                        drv.cuEventDestroy(end)
+                    self._copy_out(call, arrays, drv)
+                finally:
+                    for b in bounds:
+                        b.free()
+                    self._free(drv, allocs)
+            return BenchmarkResult(tuple(results), n)
+        return evaluate
+
+    def __repr__(self) -> str:
+        return f"<tecomp.KernelSequence {self.name}: {', '.join(k.name for k, _, _ in self.steps)}>"
+
+
 def _dim3(v: Sequence[int], what: str) -> tuple[int, int, int]:
     t = tuple(int(x) for x in v)
     if not 1 <= len(t) <= 3 or any(x < 0 for x in t):
@@ -1032,6 +1181,6 @@ class _Bound:
 
 
 __all__ = ["CudaDevice", "CudaError", "CudaKernel", "CudaModule", "CudaUnavailable",
-           "DeviceArray", "PreparedCall", "as_device_array", "cuda_available",
+           "DeviceArray", "KernelSequence", "PreparedCall", "as_device_array", "cuda_available",
            "from_cuda_array_interface", "from_dlpack", "from_dlpack_capsule", "get_device",
            "launch_spec_of"]

@@ -1,6 +1,8 @@
 """A built cuda module: its kernels run on an NVIDIA GPU, or emulated on the CPU anywhere.
 
-``tc.build(s, args, target="cuda")`` returns a `GpuModule`. Each kernel (`GpuFunction`):
+``tc.build(s, args, target="cuda")`` returns a `GpuModule`. Each function (`GpuFunction`) is
+one kernel, or, when several stages are computed at root, one kernel per such stage launched
+in order (as TVM does), the tensors between them in global memory allocated for each call:
 
 * ``f(*arrays)`` launches it on the GPU through the driver (`tecomp.runtime.cuda`): numpy
   arrays are copied to the device and back, device arrays (``__cuda_array_interface__`` /
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import TecompError
+from ..ir import dtype as dt
 from ..ir.stmt import PrimFunc
 from .args import ArgChecker, KernelSpec
 from .cpu import BenchmarkResult, KernelSet
@@ -53,25 +56,76 @@ class GpuFunction:
 
     @property
     def launch(self) -> dict[str, Any]:
-        """Grid and block extents by thread tag (expressions over the symbolic dims)."""
+        """Grid and block extents by thread tag (expressions over the symbolic dims); for a
+        function of several kernels, that dict per kernel name."""
+        if "kernels" in self.func.attrs:
+            return {k.name: dict(k.attrs["launch"]) for k in self.kernels}
         return dict(self.func.attrs.get("launch") or {})
+
+    @property
+    def kernels(self) -> list[PrimFunc]:
+        """The GPU kernels this function launches, in order: itself, or one per stage
+        computed at root (TVM's ``default_function_kernel0, 1, ...``)."""
+        return list(self.func.attrs.get("kernels") or [self.func])
+
+    def _intermediates(self, dims: list[int]) -> list[tuple[Any, tuple[int, ...]]]:
+        """(buffer, shape) of the global tensors passed between kernels, for these dims."""
+        return [(b, self._shape_fn(b)(dims)) for b in self.func.attrs.get("intermediates") or ()]
 
     def emulate(self, *arrays: np.ndarray, seed: int = 0, race_check: bool = True) -> None:
         """Run the kernel on the CPU on numpy ``arrays`` (outputs written in place), with GPU
         semantics, bounds checks and the race detector; ``seed`` shuffles block and thread
-        order (a race-free kernel gives the same result for every seed)."""
+        order (a race-free kernel gives the same result for every seed). A function of several
+        kernels runs them in order, its intermediate tensors in fresh arrays that start as
+        NaN (floats) or a fill pattern (integers), so a read before the write shows."""
         from .gpu_emulator import emulate
 
-        self.checker.convert(arrays)  # the same argument checks and messages as a real call
-        emulate(self.func, *arrays, seed=seed, race_check=race_check)
+        _, cargs = self.checker.convert(arrays)  # the same checks and messages as a real call
+        if "kernels" not in self.func.attrs:
+            emulate(self.func, *arrays, seed=seed, race_check=race_check)
+            return
+        by_data = {b.data: a for b, a in zip(self.func.params, arrays)}
+        for b, shape in self._intermediates(cargs[len(arrays):]):
+            npd = np.dtype(dt.to_numpy(b.dtype))
+            fill: Any = np.nan if npd.kind == "f" else (True if npd.kind == "b" else 0x5A)
+            by_data[b.data] = np.full(shape, fill, npd)
+        for k in self.kernels:
+            emulate(k, *[by_data[b.data] for b in k.params], seed=seed, race_check=race_check)
 
     def _device_kernel(self) -> Any:
         if self._kernel is None:
-            from .cuda import launch_spec_of
+            from .args import KernelSpec
+            from .cuda import KernelSequence, launch_spec_of
 
-            dims = dict(zip(self.func.dim_vars, self.spec.dims))
-            self._kernel = self.module.cuda_module().kernel_for(self.spec, launch_spec_of(self.launch, dims))
+            mod = self.module.cuda_module()
+            if "kernels" not in self.func.attrs:
+                dims = dict(zip(self.func.dim_vars, self.spec.dims))
+                self._kernel = mod.kernel_for(self.spec, launch_spec_of(self.launch, dims))
+                return self._kernel
+            # the host signature only checks arguments; each kernel is launched as itself
+            host = mod.kernel(self.spec.name, self.spec.params, self.spec.dims, {},
+                              check_overlap=self.spec.check_overlap)
+            inter = list(self.func.attrs.get("intermediates") or ())
+            slot = {b.data: i for i, b in enumerate(list(self.func.params) + inter)}
+            steps = []
+            for k in self.kernels:
+                kspec = KernelSpec.of(k)
+                launch = launch_spec_of(k.attrs["launch"], dict(zip(k.dim_vars, kspec.dims)))
+                steps.append((mod.kernel_for(kspec, launch), [slot[b.data] for b in k.params],
+                              [self.func.dim_vars.index(v) for v in k.dim_vars]))
+            shapes = [(np.dtype(dt.to_numpy(b.dtype)).str, self._shape_fn(b)) for b in inter]
+            self._kernel = KernelSequence(host, steps, shapes)
         return self._kernel
+
+    def _shape_fn(self, buf: Any) -> Any:
+        from ..arith.evaluate import evaluate
+
+        dim_vars = self.func.dim_vars
+
+        def shape(dims: Any) -> tuple[int, ...]:
+            env = dict(zip(dim_vars, dims))
+            return tuple(int(evaluate(d, env)) for d in buf.shape)  # type: ignore[arg-type]
+        return shape
 
     def __call__(self, *arrays: Any) -> None:
         if _emulating():
@@ -110,7 +164,8 @@ class GpuFunction:
     @property
     def resources(self) -> Any:
         """ptxas's report for this kernel for the module's arch (registers, spills, shared
-        memory, stack); None when ptxas is not installed (``resources_why`` says so)."""
+        memory, stack); for a function of several kernels, a dict of them by kernel name;
+        None when ptxas is not installed (``resources_why`` says so)."""
         if self._resources is None and not self.resources_why:
             from ..codegen.ptxas import PtxasMissing, ptxas_resources
 
@@ -119,7 +174,10 @@ class GpuFunction:
             except PtxasMissing as e:
                 self.resources_why = str(e)
                 return None
-            self._resources = report[self.name] if isinstance(report, Mapping) else report
+            if "kernels" in self.func.attrs:  # several kernels: the report of each by name
+                self._resources = {k.name: report[k.name] for k in self.kernels}
+            else:
+                self._resources = report[self.name] if isinstance(report, Mapping) else report
         return self._resources
 
     def __repr__(self) -> str:

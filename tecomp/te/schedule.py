@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ScheduleError
+from ..ir import dtype as dt
 from ..ir.expr import Expr, ProducerLoad, Reduce, Var, const, to_expr
 from ..ir.functor import ExprMutator
 from ..ir.stmt import ForKind
@@ -71,6 +72,7 @@ class Stage:
         self.attach_ivar: IterVar | None = None
         self.scope = "global"
         self.double_buffer_ = False
+        self.store_predicate: Expr | None = None
         self.storage_align_: dict[int, tuple[int, int]] = {}
         self.is_output = False
         self._reset_axes()
@@ -242,6 +244,14 @@ class Stage:
         """Replace the loop nest rooted at ``iv`` by ``intrin`` (see te.decl_tensor_intrin)."""
         self._leaf_index(iv, "tensorize")
         self._attr(iv).tensor_intrin = intrin
+
+    def set_store_predicate(self, predicate: Any) -> None:
+        """Store the stage's results only where ``predicate`` holds (TVM's store predicate),
+        e.g. ``tx.var.equal(0)`` so that one thread of a cross-thread reduction writes."""
+        e = to_expr(predicate)
+        if not dt.is_bool(e.dtype) and not dt.is_int(e.dtype):
+            raise self._err(f"set_store_predicate: expected a boolean condition, got {e} ({e.dtype})")
+        self.store_predicate = e
 
     def double_buffer(self) -> None:
         self.double_buffer_ = True
@@ -475,10 +485,34 @@ class Schedule:
         return _rfactor(self, tensor, axis, factor_axis)
 
     def _replace_op(self, st: Stage, new_op: ComputeOp, keep_axes: bool) -> None:
+        old = st.op
         self._by_op[new_op] = st
         st.op = new_op
         if not keep_axes:
             st._reset_axes()
+        if old is not st.origin_op:
+            self._repoint_readers(st, old, new_op)
+
+    def _repoint_readers(self, st: Stage, old: Operation, new_op: ComputeOp) -> None:
+        """Make the stages that read ``old`` (an op of ``st`` that replaced its declared one)
+        read ``new_op`` instead (TVM's ReplaceDataFlow).
+
+        Declared readers load a stage through its ``origin_op``, which lowering resolves to the
+        stage; but a reader made by the schedule (``cache_read``'s copy) loads the op the
+        stage had then, and once a later primitive (rfactor, cache_write, another cache_read)
+        replaces that op, nothing would tie the copy to the stage any more.
+        """
+        vmap = {(id(old), k): new_op.output(k) for k in range(new_op.num_outputs)}
+        for rs in list(self.stages):
+            op = rs.op
+            if rs is st or not isinstance(op, ComputeOp):
+                continue
+            if not any(t.op is old for t in op.input_tensors):
+                continue
+            m = _ReplaceLoads(vmap)
+            rewired = ComputeOp(op.name, op.axis, [m.visit(b) for b in op.body], op.tag, op.attrs)
+            rewired.reduce_axis = op.reduce_axis
+            self._replace_op(rs, rewired, keep_axes=True)
 
 
 def create_schedule(ops: Operation | Tensor | Sequence[Operation | Tensor]) -> Schedule:

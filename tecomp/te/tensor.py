@@ -141,13 +141,32 @@ def reduce_axis(dom: Any, name: str = "rv") -> IterVar:
     return IterVar(_to_range(dom), AxisVar(name, "int32"), IterVarKind.REDUCE)
 
 
-def thread_axis(tag: str = "", name: str = "", dom: Any = None) -> IterVar:
-    """A GPU thread/block index (``"threadIdx.x"``, ``"blockIdx.x"``...) for ``bind``."""
-    if isinstance(tag, (tuple, list, Range, int)):
-        # TVM's order: thread_axis(dom, tag, name), e.g. thread_axis((0, n), "threadIdx.x")
-        tag, name, dom = name, dom if isinstance(dom, str) else "", tag
+def thread_axis(*args: Any, **kwargs: Any) -> IterVar:
+    """A GPU thread/block index (``"threadIdx.x"``, ``"blockIdx.x"``, ``"vthread"``...) for
+    ``bind``. TVM's signature ``thread_axis(dom=None, tag="", name="")`` (e.g.
+    ``thread_axis((0, 2), "vthread", name="vx")``) and the short ``thread_axis("threadIdx.x")``
+    (also with ``name=``/``dom=`` keywords) both work."""
+    kwargs.pop("span", None)
+    if args and not isinstance(args[0], str):  # TVM's order: (dom, tag, name)
+        keys = ("dom", "tag", "name")
+    else:
+        keys = ("tag", "name", "dom")
+    if len(args) > 3:
+        raise TypeError(f"thread_axis takes at most 3 positional arguments, got {len(args)}")
+    got: dict[str, Any] = {}
+    for k, v in zip(keys, args):
+        got[k] = v
+    for k, v in kwargs.items():
+        if k not in ("dom", "tag", "name"):
+            raise TypeError(f"thread_axis got an unexpected keyword argument {k!r}")
+        if k in got:
+            raise TypeError(f"thread_axis got multiple values for argument {k!r}")
+        got[k] = v
+    tag, name, dom = got.get("tag", ""), got.get("name", ""), got.get("dom")
+    if not isinstance(tag, str) or not tag:
+        raise TypeError(f"thread_axis needs a tag such as 'threadIdx.x', got {tag!r}")
     r = _to_range(dom) if dom is not None else None
-    return IterVar(r, AxisVar(name or str(tag), "int32"), IterVarKind.THREAD, str(tag))
+    return IterVar(r, AxisVar(name or tag, "int32"), IterVarKind.THREAD, tag)
 
 
 # tensors and operations ---------------------------------------------------------------------

@@ -636,6 +636,17 @@ out["timing"] = [list(t.results), t.number, type(t).__name__]
 t = k.time_evaluator(number=1, repeat=2, min_repeat_ms=2)(a, b)
 out["timing_grown"] = [list(t.results), t.number]
 
+# a function of two kernels: A -> T -> B, T in device memory of the call, A copied in once
+mod2 = cuda.CudaModule("// ptx")
+host = mod2.kernel("twice", P, ["n"], {})  # checks the call's arguments; never launched
+k1 = mod2.kernel("add_one", P, ["n"], {"blockIdx.x": "(n + 127) // 128", "threadIdx.x": 128})
+sq = cuda.KernelSequence(host, [(k1, [0, 2], [0]), (k1, [2, 1], [0])], [("float32", lambda d: (d[0],))])
+b3, l0 = np.zeros_like(a), last.launches
+sq(a, b3)
+out["sequence"] = [bool(np.array_equal(b3, a + 2)), last.launches - l0, last.allocs_live]
+t = sq.time_evaluator(number=2, repeat=3)(a, b3)
+out["sequence_timing"] = [len(t.results), t.number, last.allocs_live, bool(np.array_equal(b3, a + 2))]
+out["sequence_bad"] = err(lambda: sq(a))
 before = last.launches
 k(np.zeros(0, "float32"), np.zeros(0, "float32"))
 out["empty_launches"] = last.launches - before
@@ -694,6 +705,9 @@ def test_driver_path_with_stand_in_libcuda(tmp_path: Path) -> None:
     name, msg, code = out["fault"]
     assert code == "CUDA_ERROR_ILLEGAL_ADDRESS" and "f.emulate(*arrays)" in msg
     assert "running kernel fault" in msg
+    assert out["sequence"] == [True, 2, 0]  # two launches, T and the copies freed
+    assert out["sequence_timing"] == [3, 2, 0, True]
+    assert out["sequence_bad"][0] == "TypeError" and "twice" in out["sequence_bad"][1]
     assert out["after"] == [0, 0]  # every push popped, every device copy freed, even on errors
 
 
