@@ -16,7 +16,7 @@ schedule of it, builds it for ``target="cuda"`` and checks that
 Legal GPU schedules (what tecomp supports): one root stage, the output; every other stage is
 inlined or computed at a loop of a consumer. The root's outermost loops (after splits, fuses,
 reorders) are bound to blockIdx.x/y/z, then threadIdx.x/y/z (constant extents, <= 1024 threads),
-everything else is serial inside them; reduce axes are never bound to threads. Stages attached
+everything else is serial inside them; reduce axes are never bound to blockIdx. Stages attached
 inside the thread loops are per-thread ("local", also ``cache_write(out, "local")`` and
 ``cache_read(X, "local", ...)``); stages attached at a blockIdx loop, or ``cache_read(A,
 "shared", ...)`` stages attached there or at a serial loop inside the thread loops, are per
@@ -24,6 +24,19 @@ block ("shared") and loaded cooperatively: their axes fused/split with the inner
 every threadIdx tag of the block, at most the block's extent. Splits may leave tails; serial
 loops of constant extent may be vectorized / unrolled; rfactor, storage_align and the
 auto-unroll pragma are drawn too.
+
+Cross-thread reductions (tecomp/lowering/cross_thread.py): a reduce axis, or split parts of it,
+bound to 1-2 threadIdx tags (x, y, or both), the bound loop's extent being the block's extent
+for that tag, and the reduction inside loops bound to every other tag of the block. Drawn for
+a reduction at the root (XT_ROOT: the reduced tags take 2..128 threads, powers of two and not,
+and the spatial axes the other tags; sometimes TVM's ``BF = s.rfactor(B, ki)`` with B's new
+reduce axis bound and BF computed at it) and for a per-block ("shared") reduction stage
+(XT_SHARED: the row softmax's max and sum, at a blockIdx loop or at a serial loop inside the
+threads, reduced across 1-2 of the block's tags at their full extents, the spatial axes on the
+others; sometimes rfactor onto the threads), half of them with the store predicate ``tag ==
+0``. No vectorized loop encloses them. The kernel's text says which combination each took
+(statistics "xthread-path-warp" / "-warps" / "-tree"); kernels with warp shuffles always go
+through ptxas too.
 
 ``TECOMP_HYPOTHESIS_EXAMPLES``: as for the CPU fuzzer, but capped at 25 here (CI's budget).
 ``TECOMP_GPU_DIFF_EXAMPLES``: exact number of examples (long runs; overrides the cap).
@@ -34,6 +47,8 @@ auto-unroll pragma are drawn too.
 ``TECOMP_GPU_DIFF_NO_SHRINK=1``: report the first failure as drawn (shrinking takes minutes).
 ``TECOMP_GPU_DIFF_STRICT=1``: the known tecomp bugs below fail the test instead of being skipped.
 ``TECOMP_GPU_DIFF_NARROW_SIBLINGS=1``: also draw the narrower cooperative loads of bug F.
+``TECOMP_GPU_DIFF_LOCAL_XTHREAD=1``: also draw the per-thread-group cross-thread reductions of
+bug I (a local stage at an outer threadIdx loop of the root, reduced across the inner ones).
 ``TECOMP_GPU_DIFF_NO_FORK=1``: build in the test process only (each build is first tried in a
 forked child, so that an LLVM abort is a reported failure instead of the end of the run).
 
@@ -112,10 +127,15 @@ NOT_LEGAL = [re.compile(r"has the non-constant shape")]
 # ("bound to loops of different extents"): bug F in tests/DIFFERENTIAL.md. Until that is lifted such
 # stages use exactly the block's extents; nested ones (inside the threads) draw narrower ones.
 NARROW_SIBLINGS = bool(os.environ.get("TECOMP_GPU_DIFF_NARROW_SIBLINGS"))
+# a reduction computed at an outer threadIdx loop of the root (local) and reduced across the
+# threads of the inner ones: only the first thread of each group gets the total (bug I in
+# tests/DIFFERENTIAL.md); drawn only with TECOMP_GPU_DIFF_LOCAL_XTHREAD=1 until that is fixed
+LOCAL_XTHREAD = bool(os.environ.get("TECOMP_GPU_DIFF_LOCAL_XTHREAD"))
 # known tecomp bugs (tests/DIFFERENTIAL.md, "GPU schedules"): an example that hits one is
 # discarded (hypothesis `assume`) and counted as an event, so the test stays green until they are
 # fixed; TECOMP_GPU_DIFF_STRICT=1 makes them failures again (to check a fix)
 KNOWN_BUGS = [] if os.environ.get("TECOMP_GPU_DIFF_STRICT") else [
+    # (why, what the error says[, a category the example must have])
     ("A: emulator: a Select with a block-uniform condition yields a scalar for a per-thread value",
      re.compile(r"^(AttributeError: 'int' object has no attribute 'dtype'|IndexError: invalid index to scalar"
                 r"|ValueError: all input arrays must have the same shape|IndexError: \w+$"
@@ -131,7 +151,20 @@ KNOWN_BUGS = [] if os.environ.get("TECOMP_GPU_DIFF_STRICT") else [
      re.compile(r"^LoweringError: .* bytes of shared memory .* exceed the")),
     ("G: cache_read(A, .., [S]), cache_read(S, ..), rfactor(S): the cache stage no longer reads S",
      re.compile(r"^LoweringError: stage \S+ is computed at \S+ but nothing reads it")),
+    ("J: loop_partition gives a serial loop around warp shuffles a trip count that depends on the thread "
+     "(a tail): lanes skip the shuffles (bug B's cause, but no barrier: nothing refuses it)",
+     re.compile(r"(?s)^ShuffleDivergenceError: .*The shuffle is inside:.*\n\s*for \S+ in range\(min\("),
+     "xthread"),
 ]
+
+# cross-thread reductions (tecomp/lowering/cross_thread.py): thread counts for a reduced tag
+# (powers of two reach the warp-shuffle paths, the others and y the shared-memory tree)
+XT_COUNTS = {"threadIdx.x": [32, 64, 128, 16, 8, 32, 128, 12, 20, 48, 64, 4, 7],
+             "threadIdx.y": [2, 4, 8, 16, 12, 20, 32, 3]}
+XT_SECOND = [2, 3, 4, 8]  # the second reduced tag (x and y together: always the tree)
+XT_ROOT = 0.6  # a reduction at the root: reduce across threads
+XT_RFACTOR = 0.3  # ... by TVM's rfactor-onto-threads pattern
+XT_SHARED = 0.6  # a per-block ("shared") reduction stage: reduce across the block's threads
 
 
 def _single_output(p: Program) -> Program:
@@ -172,10 +205,17 @@ class GSched(Sched):
         self.placed: dict[Any, str] = {}  # attached stage -> "local" / "shared" (what it became)
         self.block: dict[str, int] = {}  # threadIdx tag -> extent of the root's block
         self.bound: dict[Any, set] = {}  # stage -> its thread-bound leaves
+        self.taxis: dict[tuple, Any] = {}  # (stage, tag) -> the thread axis bound (store predicates)
+        self.xtags: dict[Any, list[str]] = {}  # cross-thread reduction stage -> the tags it reduces
+        self.xroot = False  # the root reduces across threads
+        self.rf_threads: tuple | None = None  # TVM's rfactor onto threads at the root: (BF, tag, count)
+        self.prefer: dict[Any, tuple] = {}  # stage -> (consumer, leaf) to attach it at, mostly
 
     def bind(self, X: Any, iv: Any, tag: str) -> None:
-        X.bind(iv, te.thread_axis(tag))
+        t = te.thread_axis(tag)
+        X.bind(iv, t)
         self.bound.setdefault(X, set()).add(iv)
+        self.taxis[(X, tag)] = t
         self.log.append(f"s[{X.name}].bind({iv.name}, te.thread_axis({tag!r}))")
 
     def split(self, X: Any, iv: Any, by: str, v: int) -> tuple[Any, Any]:
@@ -208,12 +248,17 @@ class GSched(Sched):
             self.scope[s[t]] = "local"
             self.log.append(f"cache_read({X.name}, 'local', {[r.name for r in chosen]})")
             self.cats.add("cache_read-local")
-        if g.chance(0.25):
+        # the root reduces across threads (decided here: a local accumulator would take the
+        # reduction off the root)
+        self.xroot = bool(root.op.reduce_axis) and g.chance(XT_ROOT)
+        if not self.xroot and g.chance(0.25):
             self.scope[s[s.cache_write(root.op.output(0), "local")]] = "local"
             self.log.append(f"cache_write({root.name}, 'local')")
             self.cats.add("cache_write-local")
         reds = [X for X in self.computes() if X.op.reduce_axis]
-        if reds and g.chance(0.2):
+        if self.xroot and g.chance(XT_RFACTOR):
+            self.rfactor_onto_threads(root)
+        elif reds and g.chance(0.2):
             self.rfactor(g.pick(reds))
             self.cats.add("rfactor")
         for X in self.computes():
@@ -224,7 +269,9 @@ class GSched(Sched):
         for X in reversed(self.computes()):
             if X is not root and X.attach_type != "inline":
                 self.attach(X, root)
-        self.annotate(root, serial=self.serial_leaves(root))
+        # no vectorized loop may enclose a cross-thread reduction (all the root's loops but its
+        # serial reduce loops do)
+        self.annotate(root, serial=self.serial_leaves(root), vector=root not in self.xtags)
         if any(X.op.reduce_axis for X in self.computes() if X.attach_type != "inline"):
             self.cats.add("reduction")
         if self.p.n is not None:
@@ -254,12 +301,25 @@ class GSched(Sched):
         blocks: list = []  # (leaf, tag)
         threads: list = []
         serial: list = []
-        nthreads, nblocks = 1, 1
+        xr: list = []  # (reduce leaf, tag): a cross-thread reduction
+        if self.xroot:
+            xr, rd = self.reduce_threads(X, rd)
+        nthreads, nblocks = math.prod(self.ext[iv] for iv, _ in xr), 1  # type: ignore[misc]
+        free = [t for t in THREAD_TAGS if t not in {t for _, t in xr}]  # the spatial axes' tags
+        # x reduced by 2-16 threads: often as many spatial threads as make whole warps (the
+        # warp-shuffle path needs them)
+        want = (32 // nthreads * g.pick([1, 2]) if len(xr) == 1 and xr[0][1] == "threadIdx.x"
+                and nthreads < 32 and 32 % nthreads == 0 and g.chance(0.85) else None)
         for k, iv in enumerate(sp):
-            ttag = THREAD_TAGS[len(threads)] if len(threads) < 3 else None
+            ttag = free[len(threads)] if len(threads) < len(free) else None
             room = min(MAX_THREADS // nthreads, TAG_LIMIT[ttag]) if ttag else 0
             f = 0  # how much of this axis the threads take: a constant factor (tails allowed)
-            if room >= 1 and ((k == len(sp) - 1 and not threads) or g.chance(0.7)):
+            if want is not None and room >= want:
+                f, want = -want, None  # exactly this many (negative: no whole-axis / nparts variant)
+                if g.chance(0.3):
+                    iv, inner = self.split(X, iv, "factor", g.pick([2, 3, 4]))
+                    serial.append(inner)
+            elif room >= 1 and ((k == len(sp) - 1 and not threads and not xr) or g.chance(0.7)):
                 if g.chance(0.3):  # a serial inner piece below the threads (vectorize, unroll)
                     iv, inner = self.split(X, iv, "factor", g.pick([2, 3, 4]))
                     serial.append(inner)
@@ -272,7 +332,9 @@ class GSched(Sched):
                 else:
                     f = g.draw(st.integers(1, big))
             e = self.ext[iv]
-            if f and e is not None and f >= e and g.chance(0.6):
+            if f < 0:
+                o_iv, t_iv = self.split(X, iv, "factor", -f)
+            elif f and e is not None and f >= e and g.chance(0.6):
                 t_iv, o_iv = iv, None  # the whole axis is the threads
             elif f and e is not None and g.chance(0.2):
                 o_iv, t_iv = self.split(X, iv, "nparts", -(-e // f))  # inner extent <= f
@@ -290,7 +352,7 @@ class GSched(Sched):
                     nblocks *= eo
                 else:
                     serial.append(o_iv)
-        assert threads  # the last spatial axis always gives some
+        assert threads or xr  # the last spatial axis always gives some
         # reduce axes: sometimes split (attach points for shared tiles, like k.outer of a GEMM)
         for r in rd:
             if g.chance(0.4):
@@ -303,6 +365,7 @@ class GSched(Sched):
         if len(serial) > 1 and g.chance(0.5):
             serial = list(g.draw(st.permutations(serial)))
         blocks = list(g.draw(st.permutations(blocks))) if len(blocks) > 1 else blocks
+        threads += xr
         threads = list(g.draw(st.permutations(threads))) if len(threads) > 1 else threads
         order = [b[0] for b in blocks] + [t[0] for t in threads] + serial
         X.reorder(*order)
@@ -311,6 +374,10 @@ class GSched(Sched):
             self.bind(X, iv, tag)
         self.block = {tag: self.ext[iv] for iv, tag in threads}  # type: ignore[misc]
         self.nblock = len(blocks)
+        if xr:
+            self.cross_thread(X, [t for _, t in xr], "xthread-root")
+            if self.rf_threads is not None:  # BF at the thread-bound reduce loop (TVM's tutorial)
+                self.prefer[self.rf_threads[0]] = (X, xr[0][0])
         if len(threads) > 1:
             self.cats.add("2d-threads")
         if any(tag.endswith(".z") for _, tag in blocks + threads):
@@ -321,12 +388,165 @@ class GSched(Sched):
     def serial_leaves(self, X: Any) -> list:
         return [iv for iv in X.leaf_iter_vars if iv not in self.bound.get(X, set())]
 
+    # cross-thread reductions ----------------------------------------------------------------
+    def rfactor_onto_threads(self, X: Any) -> None:
+        """TVM's pattern: split the reduction, ``BF = s.rfactor(X, part)`` with ``part`` of the
+        thread count's extent; X then reduces BF over that axis, which root_loops binds."""
+        g = self.g
+        for iv in X.leaf_iter_vars:
+            e = iv.dom.extent if iv.dom is not None else None
+            self.ext[iv] = e.value if isinstance(e, IntImm) else None
+        rd = [iv for iv in X.leaf_iter_vars if iv.kind == IterVarKind.REDUCE]
+        r = self.fuse_reduce(X, rd) if len(rd) > 1 and g.chance(0.5) else g.pick(rd)
+        tag = "threadIdx.x" if g.chance(0.8) else "threadIdx.y"
+        T = g.pick(XT_COUNTS[tag])
+        o, i = self.split(X, r, *(("factor", T) if g.chance(0.7) else ("nparts", T)))
+        part = i if self.ext[i] == T else o
+        if self.ext[r] is None or self.ext[r] % T:
+            self.cats.add("xthread-tail")
+        fa = g.draw(st.integers(0, len(X.op.axis)))
+        BF = self.s[self.s.rfactor(X.op.output(0), part, fa)]
+        self.log.append(f"{BF.name} = s.rfactor({X.name}, {part.name}, factor_axis={fa})")
+        self.rf_threads = (BF, tag, T)
+        self.cats.add("xthread-rfactor")
+
+    def fuse_reduce(self, X: Any, rd: list) -> Any:
+        es = [self.ext.get(iv) for iv in rd]
+        r = X.fuse(*rd)
+        self.ext[r] = math.prod(es) if all(es) else None  # type: ignore[arg-type]
+        self.log.append(f"s[{X.name}].fuse({', '.join(iv.name for iv in rd)})")
+        return r
+
+    def thread_split(self, X: Any, rd: list, plan: list[tuple[str, int]]) -> tuple[list, list]:
+        """Bind parts of one of the reduce leaves ``rd`` to the tags of ``plan`` (tag, thread
+        count): [(leaf, tag)], and the reduce leaves left serial."""
+        g = self.g
+        if len(rd) > 1 and g.chance(0.3):
+            rd = [self.fuse_reduce(X, rd)]
+        r = g.pick(rd)
+        rest = [iv for iv in rd if iv is not r]
+        out: list = []
+        for j, (tag, T) in enumerate(plan):
+            e = self.ext.get(r)
+            if e == T and j == len(plan) - 1:  # the whole axis
+                out.append((r, tag))
+                return out, rest
+            if e is None or e % T:
+                self.cats.add("xthread-tail")
+            if g.chance(0.7):
+                r, i = self.split(X, r, "factor", T)
+                out.append((i, tag))
+            else:
+                o, r = self.split(X, r, "nparts", T)
+                out.append((o, tag))
+        return out, rest + [r]
+
+    def reduce_threads(self, X: Any, rd: list) -> tuple[list, list]:
+        """The root's reduction across threads: 1-2 tags (x, y, x and y), their counts."""
+        g = self.g
+        if self.rf_threads is not None:  # the rfactored root reduces over one axis of the count
+            _, tag, T = self.rf_threads
+            assert len(rd) == 1 and self.ext[rd[0]] == T
+            return [(rd[0], tag)], []
+        tags = g.pick([["threadIdx.x"]] * 4 + [["threadIdx.y"], ["threadIdx.x", "threadIdx.y"]])
+        plan = [(tags[0], g.pick(XT_COUNTS[tags[0]]))] + [(t, g.pick(XT_SECOND)) for t in tags[1:]]
+        e = self.ext.get(rd[0]) if len(rd) == 1 else None
+        if len(tags) == 1 and e is not None and 1 < e <= 128 and g.chance(0.2):
+            plan = [(tags[0], e)]  # the whole reduce axis on the threads
+        return self.thread_split(X, rd, plan)
+
+    def cross_thread(self, X: Any, tags: list[str], cat: str) -> None:
+        """Record X's cross-thread reduction over ``tags``; sometimes a store predicate (the
+        first thread of each group stores, as TVM's tutorial writes it)."""
+        g = self.g
+        self.xtags[X] = tags
+        self.cats |= {"xthread", cat}
+        if len(tags) > 1:
+            self.cats.add("xthread-2tags")
+        if any(t != "threadIdx.x" for t in tags):
+            self.cats.add("xthread-not-x")
+        if any(self.block[t] & (self.block[t] - 1) for t in tags):
+            self.cats.add("xthread-not-pow2")
+        if g.chance(0.5):
+            conds = [self.taxis[(X, t)].var.equal(0) for t in tags]
+            X.set_store_predicate(conds[0] if len(conds) == 1 else te.all(*conds))
+            self.log.append(f"s[{X.name}].set_store_predicate({' & '.join(f'{t}.var.equal(0)' for t in tags)})")
+            self.cats.add("xthread-predicate")
+
+    def shared_threads(self, X: Any, nested: bool) -> bool:
+        """A per-block reduction stage reduced by the block's threads (the row softmax's max and
+        sum): 1-2 of the block's tags (extent > 1) at their full extents take parts of the
+        reduction (or TVM's rfactor onto them), the spatial axes are fused and split over the
+        others. False where the block has one thread."""
+        g = self.g
+        big = [t for t in THREAD_TAGS if self.block.get(t, 1) > 1]
+        if not big:
+            return False
+        if len(big) > 1 and g.chance(0.3):
+            rtags = sorted(g.draw(st.permutations(big))[:2], key=THREAD_TAGS.index)
+        else:
+            rtags = [g.pick(big)]
+        for iv in X.leaf_iter_vars:
+            e = iv.dom.extent if iv.dom is not None else None
+            self.ext[iv] = e.value if isinstance(e, IntImm) and iv.kind == IterVarKind.REDUCE else None
+        rd = [iv for iv in X.leaf_iter_vars if iv.kind == IterVarKind.REDUCE]
+        if len(rtags) == 1 and g.chance(0.25):  # rfactor onto the threads, BF per thread
+            T = self.block[rtags[0]]
+            r = self.fuse_reduce(X, rd) if len(rd) > 1 and g.chance(0.5) else g.pick(rd)
+            if self.ext[r] is None or self.ext[r] % T:
+                self.cats.add("xthread-tail")
+            o, i = self.split(X, r, *(("factor", T) if g.chance(0.7) else ("nparts", T)))
+            part = i if self.ext[i] == T else o
+            fa = g.draw(st.integers(0, len(X.op.axis)))
+            BF = self.s[self.s.rfactor(X.op.output(0), part, fa)]
+            self.log.append(f"{BF.name} = s.rfactor({X.name}, {part.name}, factor_axis={fa})")
+            self.cats.add("xthread-rfactor")
+            (r,) = [iv for iv in X.leaf_iter_vars if iv.kind == IterVarKind.REDUCE]
+            xr, rest = [(r, rtags[0])], []
+        else:
+            BF = None
+            xr, rest = self.thread_split(X, rd, [(t, self.block[t]) for t in rtags])
+        sp = [iv for iv in X.leaf_iter_vars if iv.kind == IterVarKind.DATA_PAR]
+        other = [t for t in THREAD_TAGS if t in self.block and t not in rtags]
+        if other:
+            f = X.fuse(*sp) if len(sp) > 1 else sp[0]
+            if len(sp) > 1:
+                self.log.append(f"s[{X.name}].fuse({', '.join(iv.name for iv in sp)})")
+            self.ext[f] = None
+            for t in other:
+                f, i = self.split(X, f, "factor", self.block[t])
+                self.bind(X, i, t)
+        for iv, t in xr:
+            self.bind(X, iv, t)
+        if BF is not None:
+            BF.compute_at(X, xr[0][0])
+            self.placed[BF] = "local"
+            self.log.append(f"s[{BF.name}].compute_at(s[{X.name}], {xr[0][0].name})  # local")
+            self.loops(BF, attached=True)
+            self.annotate(BF, serial=BF.leaf_iter_vars)
+        elif rest and len(rest) > 1 and g.chance(0.3):
+            perm = list(g.draw(st.permutations(rest)))
+            X.reorder(*perm)
+            self.log.append(f"s[{X.name}].reorder({', '.join(iv.name for iv in perm)})")
+        self.cross_thread(X, rtags, "xthread-shared-in-threads" if nested else "xthread-shared")
+        return True
+
     # attached stages ------------------------------------------------------------------------
     def anchor(self, E: Any, C: Any) -> Any:
         """The leaf of ``C`` under which stage ``E`` is computed (``E`` is C or attached inside)."""
         while E is not None and E.attach_stage is not C:
             E = E.attach_stage
         return None if E is None else E.attach_ivar
+
+    def first_serial_reduce(self, C: Any) -> int:
+        """Where the first serial reduce leaf of cross-thread reduction ``C`` is (its serial
+        reduce loops run innermost: a stage computed at a later loop is refused), else a
+        position past the end."""
+        leaves = C.leaf_iter_vars
+        if C not in self.xtags:
+            return len(leaves)
+        return next((k for k, iv in enumerate(leaves) if iv.kind == IterVarKind.REDUCE
+                     and iv not in self.bound.get(C, set())), len(leaves))
 
     def in_thread(self, C: Any, k: int, root: Any) -> bool:
         """Is leaf ``k`` of ``C`` inside (or itself) a threadIdx loop?"""
@@ -354,6 +574,10 @@ class GSched(Sched):
                     break
                 lim = min(lim, C.leaf_iter_vars.index(a))
             for k in range(lim + 1):
+                iv = C.leaf_iter_vars[k]
+                if k > self.first_serial_reduce(C) and (iv.kind != IterVarKind.REDUCE
+                                                        or iv in self.bound.get(C, set())):
+                    continue  # a cross-thread reduction moves its serial reduce loops innermost
                 inside = self.in_thread(C, k, root)
                 bound = C.leaf_iter_vars[k] in self.bound.get(C, set())
                 want = self.scope.get(X)
@@ -371,7 +595,11 @@ class GSched(Sched):
         nb, nt = self.nblock, self.nblock + len(self.block)
         usual = [o for o in opts if o[0] is root and (o[1], o[2]) in ((nb - 1, "shared"), (nt - 1, "local"))]
         tiles = [o for o in opts if o[2] == "shared" and self.in_thread(o[0], o[1], root)]
-        if tiles and X in self.scope and g.chance(0.5):
+        pref = self.prefer.get(X)
+        pref = pref and (pref[0], pref[0].leaf_iter_vars.index(pref[1]), "local")
+        if pref in opts and g.chance(0.7):
+            C, k, kind = pref
+        elif tiles and X in self.scope and g.chance(0.5):
             C, k, kind = g.pick(tiles)  # a GEMM's tiles: at a serial (reduce) loop inside the threads
         else:
             C, k, kind = g.pick(usual) if usual and g.chance(0.5) else g.pick(opts)
@@ -392,10 +620,32 @@ class GSched(Sched):
         if kind == "shared":
             nested = self.in_thread(C, k, root)
             self.cats.add("shared-in-threads" if nested else "shared-at-block")
-            self.cooperative(X, narrow=nested or NARROW_SIBLINGS)
-        else:
+            if not (X.op.reduce_axis and g.chance(XT_SHARED) and self.shared_threads(X, nested)):
+                self.cooperative(X, narrow=nested or NARROW_SIBLINGS)
+        elif not (LOCAL_XTHREAD and C is root and X.op.reduce_axis and g.chance(XT_SHARED)
+                  and self.local_threads(X, k, root)):
             self.loops(X, attached=True)
             self.annotate(X, serial=X.leaf_iter_vars)
+
+    def local_threads(self, X: Any, k: int, root: Any) -> bool:
+        """A reduction computed at a thread loop of the root (per thread group, local) reduced
+        across the threads of the root's thread loops inside that loop (all of them: a spatial
+        one would give each thread another element). False where there are none."""
+        rtags = [str(root.iter_var_attrs[iv].bind_thread.thread_tag) for iv in root.leaf_iter_vars[k + 1:]
+                 if iv in self.bound[root]]
+        rtags = [t for t in THREAD_TAGS if t in rtags and self.block[t] > 1]
+        if not rtags:
+            return False
+        for iv in X.leaf_iter_vars:
+            e = iv.dom.extent if iv.dom is not None else None
+            self.ext[iv] = e.value if isinstance(e, IntImm) and iv.kind == IterVarKind.REDUCE else None
+        rd = [iv for iv in X.leaf_iter_vars if iv.kind == IterVarKind.REDUCE]
+        xr, _ = self.thread_split(X, rd, [(t, self.block[t]) for t in rtags])
+        for iv, t in xr:
+            self.bind(X, iv, t)
+        self.xtags[X] = rtags
+        self.cats |= {"xthread", "xthread-local"}
+        return True
 
     def cooperative(self, X: Any, narrow: bool) -> None:
         """Bind a shared stage's spatial loops to every threadIdx tag of the block (``narrow``:
@@ -445,14 +695,14 @@ class GSched(Sched):
             self.log.append(f"s[{X.name}].storage_align({a.name}, {fa}, {o})")
             self.cats.add("storage_align")
 
-    def annotate(self, X: Any, serial: list | None = None) -> None:  # type: ignore[override]
+    def annotate(self, X: Any, serial: list | None = None, vector: bool = True) -> None:  # type: ignore[override]
         """Vectorize / unroll / pragma on serial loops (no parallel on a GPU)."""
         g, log = self.g, self.log
         leaves = X.leaf_iter_vars
         serial = serial if serial is not None else leaves
         taken = set()
         vec = [iv for iv in serial if iv.kind == IterVarKind.DATA_PAR and self.ext.get(iv)]
-        if vec and g.chance(0.4):
+        if vec and vector and g.chance(0.4):
             iv = vec[-1] if g.chance(0.7) else g.pick(vec)
             X.vectorize(iv)
             taken.add(iv)
@@ -569,6 +819,16 @@ def _emulated(f: Any, p: Program, arrays: dict, ref: dict, **kw: Any) -> dict[st
     return outs
 
 
+def _xpaths(tir: str) -> set[str]:
+    """How the kernel's cross-thread reductions combine (cross_thread.py): "warp" (shuffles
+    only), "warps" (shuffles, then the warps' partials in shared memory), "tree" (shared
+    memory), one per reduction stage."""
+    warps = set(re.findall(r"\b(\w+?)_red_warps\d", tir))
+    tree = set(re.findall(r"\b(\w+?)_red_buf\d", tir))
+    shfl = set(re.findall(r"shfl_xor_sync\([^,]*, (\w+?)_red_local", tir))
+    return {p for p, names in (("warp", shfl - warps), ("warps", warps), ("tree", tree)) if names}
+
+
 def check_example(data: Any) -> None:
     g = Gen(data.draw)
     p = _single_output(g.run())
@@ -584,6 +844,7 @@ def check_example(data: Any) -> None:
     _count[0] += 1
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
+    done = "invalid"
     try:
         s = sch.run()
         if PROGRESS_PATH is not None:  # the example now running, to replay one that hangs or aborts
@@ -597,12 +858,20 @@ def check_example(data: Any) -> None:
         except (ScheduleError, LoweringError) as e:
             if any(r.search(str(e)) for r in NOT_LEGAL):
                 event("refused (not legal): " + next(r.pattern for r in NOT_LEGAL if r.search(str(e))))
+                done = "refused (not legal)"
                 assume(False)
             raise
         timing["build"] = time.perf_counter() - t0
+        if sch.xtags:
+            sch.cats |= {f"xthread-path-{p}" for p in _xpaths(str(f.entry_func.func))}
+        # ptxas on every fifth example, and on every warp-shuffle kernel (shfl.sync)
+        if HAVE_PTXAS and (_count[0] % PTXAS_EVERY == 1 or sch.cats & {"xthread-path-warp", "xthread-path-warps"}):
+            sch.cats.add("ptxas")
+            assert f.resources is not None, f.entry_func.resources_why
         timing["cost"], local = _emu_cost(f, p)
         if timing["cost"] > EMU_BUDGET or local > MAX_LOCAL:
             event("too slow to emulate")  # a legal schedule, but seconds to minutes of emulation
+            done = "too slow to emulate"
             assume(False)
         got = _emulated(f, p, arrays, ref)
         timing["emulate"] = time.perf_counter() - t0 - timing["build"]
@@ -624,18 +893,17 @@ def check_example(data: Any) -> None:
                     raise
             else:
                 _compare("interpreter", p, outs, ref)
-        if HAVE_PTXAS and _count[0] % PTXAS_EVERY == 1:
-            sch.cats.add("ptxas")
-            assert f.resources is not None, f.entry_func.resources_why
         for c in sorted(sch.cats):
             event(c)
         done = "ok"
     except Exception as e:
         if isinstance(e, (UnsatisfiedAssumption, Frozen)):
             raise
-        known = next((why for why, r in KNOWN_BUGS if r.search(f"{type(e).__name__}: {e}")), None)
+        known = next((why for why, r, *need in KNOWN_BUGS if r.search(f"{type(e).__name__}: {e}")
+                      and set(need) <= sch.cats), None)
         if known is not None:
             event("known bug: " + known)
+            done = "known bug: " + known
             assume(False)
         if LOG_PATH is None:
             raise
@@ -645,10 +913,10 @@ def check_example(data: Any) -> None:
         done = "failed"
     finally:
         note("\n".join(sch.log))
-    if STATS_PATH is not None:
-        with open(STATS_PATH, "a") as fh:
-            fh.write(json.dumps({"result": done, "cats": sorted(sch.cats), "seconds": time.perf_counter() - t0,
-                                 **timing}) + "\n")
+        if STATS_PATH is not None:  # also the invalid examples (with what they drew)
+            with open(STATS_PATH, "a") as fh:
+                fh.write(json.dumps({"result": done, "cats": sorted(sch.cats),
+                                     "seconds": time.perf_counter() - t0, **timing}) + "\n")
 
 
 @settings(settings.get_profile("differential_gpu"))
