@@ -724,12 +724,20 @@ class SearchSpace:
 
     def mutate(self, cand: Candidate, rng: np.random.Generator) -> Candidate | None:
         """Change one knob: move a tile factor between levels, or pick another choice."""
-        params = dict(cand.params)
-        if not params:
+        if not cand.params:
             return self.sample(rng)
-        key = list(params)[int(rng.integers(len(params)))]
-        params[key] = _Mutate(params[key])
-        return self.instantiate(cand.sketch, params, rng)
+        keys = [k for k, _ in cand.params]
+        new: Candidate | None = None
+        # a knob with one legal value (a choice of one, a tile of a prime extent) cannot move:
+        # try other knobs rather than hand back the parent (a wasted measurement)
+        for _ in range(min(8, 2 * len(keys))):
+            params = cand.param_dict
+            key = keys[int(rng.integers(len(keys)))]
+            params[key] = _Mutate(params[key])
+            new = self.instantiate(cand.sketch, params, rng)
+            if new is None or new.params != cand.params:
+                return new
+        return new
 
     def crossover(self, a: Candidate, b: Candidate, rng: np.random.Generator) -> Candidate | None:
         """Per stage, take all knobs from one parent (only between candidates of one sketch)."""
