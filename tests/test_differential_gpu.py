@@ -136,14 +136,6 @@ LOCAL_XTHREAD = bool(os.environ.get("TECOMP_GPU_DIFF_LOCAL_XTHREAD"))
 # fixed; TECOMP_GPU_DIFF_STRICT=1 makes them failures again (to check a fix)
 KNOWN_BUGS = [] if os.environ.get("TECOMP_GPU_DIFF_STRICT") else [
     # (why, what the error says[, a category the example must have])
-    ("A: emulator: a Select with a block-uniform condition yields a scalar for a per-thread value",
-     re.compile(r"^(AttributeError: 'int' object has no attribute 'dtype'|IndexError: invalid index to scalar"
-                r"|ValueError: all input arrays must have the same shape|IndexError: \w+$"
-                r"|IndexError: too many indices for array: array is 0-dimensional"
-                r"|TypeError: 'int' object is not subscriptable)")),
-    ("B/C: thread_sync: a shared stage where not every thread arrives (partitioned tail loop, or a barrier "
-     "inside a shared reduction) is refused",
-     re.compile(r"^LoweringError: threads exchange data through shared buffer .* where not every thread")),
     ("D: NVPTX codegen: masked vector loads kill LLVM (passthru not poison; odd lane counts)",
      re.compile(r"^AssertionError: tc.build killed the process \(signal 6: .*(Passthru operand expected to be "
                 r"poison or undef|Do not know how to scalarize the result of this operator)", re.S)),
@@ -151,10 +143,6 @@ KNOWN_BUGS = [] if os.environ.get("TECOMP_GPU_DIFF_STRICT") else [
      re.compile(r"^LoweringError: .* bytes of shared memory .* exceed the")),
     ("G: cache_read(A, .., [S]), cache_read(S, ..), rfactor(S): the cache stage no longer reads S",
      re.compile(r"^LoweringError: stage \S+ is computed at \S+ but nothing reads it")),
-    ("J: loop_partition gives a serial loop around warp shuffles a trip count that depends on the thread "
-     "(a tail): lanes skip the shuffles (bug B's cause, but no barrier: nothing refuses it)",
-     re.compile(r"(?s)^ShuffleDivergenceError: .*The shuffle is inside:.*\n\s*for \S+ in range\(min\("),
-     "xthread"),
 ]
 
 # cross-thread reductions (tecomp/lowering/cross_thread.py): thread counts for a reduced tag

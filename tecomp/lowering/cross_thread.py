@@ -321,9 +321,13 @@ def cross_thread_nest(lw: object, st: Stage) -> Stmt:
     spatial = [c for c in conds if not (free_vars(c) & red_vars)]
     pred = lw.store_predicate(st)  # type: ignore[attr-defined]
     # every thread of the group holds the total; without a predicate of the user's, the first
-    # one stores it (the others would write the same value: redundant stores, and races to
-    # the race detector)
-    spatial.append(pred if pred is not None else EQ(grp.rank(), zero))
+    # one stores it into shared or global memory (the others would write the same value:
+    # redundant stores, and races to the race detector); a per-thread ("local") result is
+    # stored by every thread into its own copy
+    if pred is not None:
+        spatial.append(pred)
+    elif any(o.scope != "local" for o in outs):
+        spatial.append(EQ(grp.rank(), zero))
     store = _guard(spatial, seq(*[BufferStore(o, t, out_idx) for o, t in zip(outs, total)]))
     body: Stmt = seq(seq(init, inner), combine, store)
     for bf in shared + partial:

@@ -28,6 +28,7 @@ from ..ir.expr import (
     LT,
     And,
     BufferLoad,
+    Call,
     Expr,
     FloorDiv,
     IntImm,
@@ -132,7 +133,8 @@ def _linear(e: Expr, v: Var) -> tuple[int, Expr] | None:
 
 
 class _TouchesShared(StmtVisitor):
-    """Does a statement access a shared buffer or hold a barrier?"""
+    """Does a statement access a shared buffer, hold a barrier, or shuffle across a warp (every
+    lane must reach a ``shfl_xor_sync`` too)?"""
 
     def __init__(self) -> None:
         self.found = False
@@ -153,6 +155,11 @@ class _TouchesShared(StmtVisitor):
         if is_barrier(s):
             self.found = True
         super().visit_Evaluate(s)
+
+    def visit_Call(self, e: Call) -> None:
+        if e.name == "shfl_xor_sync":
+            self.found = True
+        super().visit_Call(e)
 
 
 def _touches_shared(s: Stmt) -> bool:

@@ -313,3 +313,46 @@ def test_store_predicate_on_an_ordinary_stage() -> None:
     np.testing.assert_array_equal(b, want)
     with pytest.raises(ScheduleError, match="boolean"):
         s[B].set_store_predicate(A[0])
+
+
+def test_a_per_thread_result_is_stored_by_every_thread() -> None:
+    # R computed at the consumer's threadIdx.y loop is per thread ("local"); reduced across
+    # threadIdx.x, every thread must get the total in its own copy, not only the first
+    A = te.placeholder((8, 40), name="A")
+    k = te.reduce_axis((0, 40), name="k")
+    R = te.compute((8,), lambda i: te.sum(A[i, k], axis=k), name="R")
+    B = te.compute((8, 32), lambda i, j: A[i, j] + R[i], name="B")
+    s = te.create_schedule(B.op)
+    i, j = B.op.axis
+    io, ii = s[B].split(i, factor=4)
+    s[B].bind(io, te.thread_axis("blockIdx.x"))
+    s[B].bind(ii, te.thread_axis("threadIdx.y"))
+    s[B].bind(j, te.thread_axis("threadIdx.x"))
+    s[R].compute_at(s[B], ii)
+    _, ki = s[R].split(R.op.reduce_axis[0], factor=32)
+    s[R].bind(ki, te.thread_axis("threadIdx.x"))
+    f = tc.build(s, [A, B], target="cuda")
+    a = _rand(8, 40)
+    b = np.zeros((8, 32), np.float32)
+    f.emulate(a, b)
+    np.testing.assert_allclose(b, a[:, :32] + a.sum(1, keepdims=True), rtol=1e-5, atol=1e-5)
+
+
+def test_shuffles_in_a_loop_with_a_tail_are_reached_by_every_lane() -> None:
+    # the serial row loop around the warp shuffles has a tail (15 rows, 2 per thread row):
+    # loop partitioning must not give threads different trip counts around the shuffles
+    A = te.placeholder((15, 16), name="A")
+    k = te.reduce_axis((0, 16), name="k")
+    B = te.compute((15,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=2)
+    _, ki = s[B].split(k, factor=4)
+    s[B].reorder(io, ki, ii)
+    s[B].bind(io, te.thread_axis("threadIdx.y"))
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    f = tc.build(s, [A, B], target="cuda")
+    assert "shfl_xor_sync" in f.get_source("tir")
+    a = _rand(15, 16)
+    b = np.zeros(15, np.float32)
+    f.emulate(a, b)
+    np.testing.assert_allclose(b, a.sum(1), rtol=1e-5, atol=1e-5)
