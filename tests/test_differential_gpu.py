@@ -136,9 +136,6 @@ LOCAL_XTHREAD = bool(os.environ.get("TECOMP_GPU_DIFF_LOCAL_XTHREAD"))
 # fixed; TECOMP_GPU_DIFF_STRICT=1 makes them failures again (to check a fix)
 KNOWN_BUGS = [] if os.environ.get("TECOMP_GPU_DIFF_STRICT") else [
     # (why, what the error says[, a category the example must have])
-    ("D: NVPTX codegen: masked vector loads kill LLVM (passthru not poison; odd lane counts)",
-     re.compile(r"^AssertionError: tc.build killed the process \(signal 6: .*(Passthru operand expected to be "
-                r"poison or undef|Do not know how to scalarize the result of this operator)", re.S)),
     ("E: bound inference: a region not clipped to the stage's shape exceeds the shared memory limit",
      re.compile(r"^LoweringError: .* bytes of shared memory .* exceed the")),
     ("G: cache_read(A, .., [S]), cache_read(S, ..), rfactor(S): the cache stage no longer reads S",
