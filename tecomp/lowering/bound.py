@@ -330,13 +330,14 @@ def _window(lo: Expr, hi: Expr, dmin: Expr, dext: Expr,
 
 def _clip(e: Expr, bound: Expr, ranges: dict[Var, tuple[Expr, Expr]], upper: bool) -> Expr:
     """``min(e, bound)`` (``upper``) or ``max(e, bound)``, without the min/max where the loop
-    ranges decide it."""
+    ranges decide it, simplified under those ranges (the buffer's min is only used inside them;
+    a region's ``min(i * 8 + j, 0)`` is 0 there, and loop_partition copes better with 0)."""
     inside, outside = (LE(e, bound), LE(bound, e)) if upper else (LE(bound, e), LE(e, bound))
     if can_prove(inside, ranges):
-        return e
+        return simplify(e, ranges)
     if can_prove(outside, ranges):
         return bound
-    return simplify(Min(e, bound) if upper else Max(e, bound))
+    return simplify(Min(e, bound) if upper else Max(e, bound), ranges)
 
 
 def _owner(leaf: IterVar, c: Stage, parent: Stage, done: dict[Stage, StageBounds]) -> Stage:
