@@ -452,22 +452,22 @@ class Schedule:
             raise ScheduleError(f"cache_write: {op.name} has several outputs (unsupported)")
         if st.relations or any(a.kind for a in st.iter_var_attrs.values()):
             raise ScheduleError(f"cache_write on stage {op.name} must come before other primitives")
+        # As in TVM (CacheWriteWithReLayout): the cache stage gets fresh spatial axes but keeps
+        # the declared reduce axes, and the stage of ``tensor`` keeps its declared spatial axes
+        # in its new (copy) operation, so ``s[C].split(C.op.axis[0])`` and
+        # ``s[CC].split(k)`` with the user's own IterVars work after cache_write. The old
+        # operation leaves the schedule, so no IterVar ends up in two stages.
         var_map: dict[Var, Expr] = {}
         axis = []
         for a in op.axis:
             na = IterVar(a.dom, AxisVar(a.var.name + ".c", a.var.dtype), a.kind)
             axis.append(na)
             var_map[a.var] = na.var
-        iv_map: dict[IterVar, IterVar] = {}
-        for r in op.reduce_axis:
-            nr = IterVar(r.dom, AxisVar(r.var.name, r.var.dtype), r.kind)
-            iv_map[r] = nr
-            var_map[r.var] = nr.var
-        m = _ReplaceLoads({}, var_map, iv_map)
+        m = _ReplaceLoads({}, var_map)
         cache_op = ComputeOp(f"{op.name}.{scope}", axis, [m.visit(b) for b in op.body])
         cache_t = cache_op.output(0)
-        copy_axis = [IterVar(a.dom, AxisVar(a.var.name, a.var.dtype), a.kind) for a in op.axis]
-        copy_op = ComputeOp(op.name, copy_axis, [cache_t[tuple(a.var for a in copy_axis)]], op.tag, op.attrs)
+        copy_op = ComputeOp(op.name, list(op.axis), [cache_t[tuple(a.var for a in op.axis)]],
+                            op.tag, op.attrs)
         cst = Stage(cache_op, self)
         cst.scope = scope
         self._insert_stage(cst, st)

@@ -482,6 +482,27 @@ def test_cache_write_compute_at(n):
     check_matmul(s, A, B, C, n, k, m, interp_too=n == 37)
 
 
+@pytest.mark.parametrize("n", EXTENTS)
+def test_cache_write_keeps_the_declared_axes(n):
+    """TVM's cache_write: the written stage keeps ``C.op.axis`` (of the tensor the user holds)
+    and the cache stage keeps the declared reduce axis, so both are scheduled by the user's
+    own IterVars."""
+    k, m = 20, n + 3
+    A, B, C = matmul(n, k, m)
+    (r,) = C.op.reduce_axis
+    s = te.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    assert list(s[C].op.axis) == list(C.op.axis)
+    assert list(s[CL].op.reduce_axis) == [r]
+    io, ii = s[C].split(C.op.axis[0], factor=8)
+    jo, ji = s[C].split(C.op.axis[1], factor=4)
+    s[C].reorder(io, jo, ii, ji)
+    s[CL].compute_at(s[C], jo)
+    ro, ri = s[CL].split(r, factor=6)
+    s[CL].reorder(ro, *s[CL].op.axis, ri)
+    check_matmul(s, A, B, C, n, k, m, interp_too=n == 37)
+
+
 def test_cache_write_then_cache_read_on_elementwise():
     A, B = elementwise_2d(17, 9)
     s = te.create_schedule(B.op)
