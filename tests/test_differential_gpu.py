@@ -46,8 +46,8 @@ through ptxas too.
 ``TECOMP_GPU_DIFF_PROGRESS=path``: the replay blob of the example being run (one that hangs).
 ``TECOMP_GPU_DIFF_NO_SHRINK=1``: report the first failure as drawn (shrinking takes minutes).
 ``TECOMP_GPU_DIFF_STRICT=1``: the known tecomp bugs below fail the test instead of being skipped.
-``TECOMP_GPU_DIFF_NARROW_SIBLINGS=1``: also draw the narrower cooperative loads of bug F.
-``TECOMP_GPU_DIFF_LOCAL_XTHREAD=1``: also draw the per-thread-group cross-thread reductions of
+``TECOMP_GPU_DIFF_NARROW_SIBLINGS=0``: do not draw the narrower cooperative loads of bug F.
+``TECOMP_GPU_DIFF_LOCAL_XTHREAD=0``: do not draw the per-thread-group cross-thread reductions of
 bug I (a local stage at an outer threadIdx loop of the root, reduced across the inner ones).
 ``TECOMP_GPU_DIFF_NO_FORK=1``: build in the test process only (each build is first tried in a
 forked child, so that an LLVM abort is a reported failure instead of the end of the run).
@@ -123,23 +123,19 @@ MAX_LOCAL = 512  # local memory per thread, in elements (every masked store copi
 # symbolic size is not a legal GPU schedule (shared and local memory are sized at compile time)
 NOT_LEGAL = [re.compile(r"has the non-constant shape")]
 # a shared stage at a blockIdx loop whose cooperative loops bind fewer threads than the block
-# has (a sibling of the root's threadIdx loop, not nested in it) is refused by gpu_check
-# ("bound to loops of different extents"): bug F in tests/DIFFERENTIAL.md. Until that is lifted such
-# stages use exactly the block's extents; nested ones (inside the threads) draw narrower ones.
-NARROW_SIBLINGS = bool(os.environ.get("TECOMP_GPU_DIFF_NARROW_SIBLINGS"))
+# has (a sibling of the root's threadIdx loop, not nested in it): bug F in tests/DIFFERENTIAL.md,
+# fixed; drawn unless TECOMP_GPU_DIFF_NARROW_SIBLINGS=0 (then such stages use exactly the
+# block's extents; nested ones, inside the threads, still draw narrower ones)
+NARROW_SIBLINGS = os.environ.get("TECOMP_GPU_DIFF_NARROW_SIBLINGS", "1") != "0"
 # a reduction computed at an outer threadIdx loop of the root (local) and reduced across the
-# threads of the inner ones: only the first thread of each group gets the total (bug I in
-# tests/DIFFERENTIAL.md); drawn only with TECOMP_GPU_DIFF_LOCAL_XTHREAD=1 until that is fixed
-LOCAL_XTHREAD = bool(os.environ.get("TECOMP_GPU_DIFF_LOCAL_XTHREAD"))
+# threads of the inner ones (bug I in tests/DIFFERENTIAL.md, fixed); drawn unless
+# TECOMP_GPU_DIFF_LOCAL_XTHREAD=0
+LOCAL_XTHREAD = os.environ.get("TECOMP_GPU_DIFF_LOCAL_XTHREAD", "1") != "0"
 # known tecomp bugs (tests/DIFFERENTIAL.md, "GPU schedules"): an example that hits one is
 # discarded (hypothesis `assume`) and counted as an event, so the test stays green until they are
 # fixed; TECOMP_GPU_DIFF_STRICT=1 makes them failures again (to check a fix)
-KNOWN_BUGS = [] if os.environ.get("TECOMP_GPU_DIFF_STRICT") else [
-    # (why, what the error says[, a category the example must have])
-    ("E: bound inference: a region not clipped to the stage's shape exceeds the shared memory limit",
-     re.compile(r"^LoweringError: .* bytes of shared memory .* exceed the")),
-    ("G: cache_read(A, .., [S]), cache_read(S, ..), rfactor(S): the cache stage no longer reads S",
-     re.compile(r"^LoweringError: stage \S+ is computed at \S+ but nothing reads it")),
+KNOWN_BUGS: list[tuple[str, re.Pattern[str]]] = [] if os.environ.get("TECOMP_GPU_DIFF_STRICT") else [
+    # (why, what the error says[, a category the example must have]); none open now
 ]
 
 # cross-thread reductions (tecomp/lowering/cross_thread.py): thread counts for a reduced tag

@@ -611,6 +611,26 @@ class ThreadSync:
                 out.append(_acc(ld.buffer.data, False, idx, local, self.threads))
         return out
 
+    def _narrowed_by(self, cond: Expr) -> tuple[int, int, int]:
+        """The thread box under ``cond``: its conjuncts ``threadIdx.* < c`` (or ``<= c``) cut
+        the box; any other conjunct leaves it as it is (a box too large is only less precise)."""
+        box = list(self.threads)
+        todo = [cond]
+        while todo:
+            c = todo.pop()
+            if isinstance(c, And):
+                todo += [c.a, c.b]
+                continue
+            if not isinstance(c, (LT, LE)) or not isinstance(c.b, IntImm):
+                continue
+            v = self._view(c.a)
+            tag = self.thread_vars.get(v) if isinstance(v, Var) else None
+            if tag is None or tag not in THREAD_TAGS:
+                continue
+            at = THREAD_TAGS.index(tag)
+            box[at] = max(min(box[at], c.b.value + (1 if isinstance(c, LE) else 0)), 0)
+        return (box[0], box[1], box[2])
+
     def _conflict(self, pending: Sequence[_Acc], accs: Sequence[_Acc],
                   extra: tuple[Var, ...] = ()) -> set[Var]:
         """The shared buffers on which an access of ``accs`` may race with one of ``pending``."""
@@ -790,8 +810,16 @@ class ThreadSync:
         reads = self._reads([s.cond])
         if dep:
             self.divergent.append(f"the condition {s.cond}")
+        outer = self.threads
         try:
-            t, ts = self.visit(s.then_case)
+            # the then branch runs only on the threads the condition keeps: a guard
+            # ``threadIdx.x < 20`` of a 26-thread loop makes ``S[ty * 20 + tx]`` one element per
+            # thread there, so a shared stage's own reduce loop needs no barrier inside it
+            self.threads = self._narrowed_by(s.cond)
+            try:
+                t, ts = self.visit(s.then_case)
+            finally:
+                self.threads = outer
             if s.else_case is not None:
                 f, fs = self.visit(s.else_case)
             else:

@@ -207,6 +207,32 @@ def test_a_shared_reduce_stage_in_a_thread_loop_narrower_than_the_block() -> Non
                                                   "thread_tag=threadIdx.x:"):text.index("syncthreads()") - 1]
 
 
+def test_a_guard_on_the_thread_index_narrows_the_threads_of_a_shared_reduce_stage() -> None:
+    # fuzzer bug K: S[ty * 20 + tx] is one element per thread only under the tail guard
+    # tx < 20 of the 26-thread loop; without using the guard, threads (0, 20) and (1, 0) would
+    # share an element and a barrier would be needed inside the narrowed loop (refused)
+    m = 5
+    A = te.placeholder((4, 20, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    S = te.compute((4, 20), lambda i, j: te.sum(A[i, j, k], axis=k), name="S")
+    B = te.compute((4, 32, 3), lambda y, x, j: S[y, (x + j) % 20] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], te.thread_axis("threadIdx.y"))
+    s[B].bind(B.op.axis[1], te.thread_axis("threadIdx.x"))
+    s[S].set_scope("shared")
+    s[S].compute_at(s[B], B.op.axis[2])
+    s[S].bind(S.op.axis[0], te.thread_axis("threadIdx.y"))
+    _, si = s[S].split(S.op.axis[1], factor=26)
+    s[S].bind(si, te.thread_axis("threadIdx.x"))
+    a = _rng(4, 20, m)
+    sums = a.sum(2)
+    ref = np.stack([sums[:, (np.arange(32) + j) % 20] for j in range(3)], 2) * 2
+    f = _emulates(s, [A, B], [a], np.zeros((4, 32, 3), np.float32), ref)
+    text = _text(f)
+    loop = text.index("thread_binding j.inner in range(26) thread_tag=threadIdx.x:")
+    assert "syncthreads()" not in text[loop:text.index("syncthreads()")]
+
+
 # bug B: a cooperative load at a serial loop inside the threads whose tail depends on the thread
 
 
