@@ -11,8 +11,8 @@ PTX, CUDA's ``__launch_bounds__(T, 1)``). Buffers are generic pointers: LLVM's N
 argument lowering and address-space inference turn accesses through kernel arguments into
 ``ld.global``/``st.global`` (``ld.global.nc`` for read-only noalias inputs) and accesses to
 shared arrays into ``ld.shared``. Parameters are declared 16-byte aligned (the runtime must pass
-such pointers; cudaMalloc gives 256), so LLVM proves ``ld.global.v4`` alignment wherever the
-index allows it.
+such pointers; cudaMalloc gives 256). Each access claims the alignment its buffer and index prove
+(`CodegenNVPTX.access_align`), so float4 accesses of shared and global memory stay ``.v4``.
 
 * THREAD_BINDING loops read ``llvm.nvvm.read.ptx.sreg.{tid,ctaid}.{x,y,z}``; a loop whose
   extent is not the launch extent of its tag runs under ``if var < extent``. A barrier under
@@ -51,10 +51,12 @@ from typing import ClassVar
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from ..arith.divisibility import pow2_divisor
 from ..errors import CodegenError, TecompError
 from ..ir import dtype as dt
 from ..ir import expr as E  # noqa: N812
 from ..ir import stmt as S  # noqa: N812
+from ..ir.buffer import Buffer
 from ..ir.structural import structural_equal
 from .libdevice import emit_gpu_math_call, link_libdevice, needs_libdevice
 from .llvm_base import CodegenLLVM, const_elements
@@ -276,7 +278,7 @@ class CodegenNVPTX(CodegenLLVM):
         set.add(fn.attributes, '"nvvm.minctasm"="1"')
         self.name_params(func, fn)
         # The alignment promised for each buffer; LLVM derives vector access alignment from it.
-        align = [min(PARAM_ALIGN, max(buf.align, buf.itemsize)) for buf in func.params]
+        align = [_param_align(buf) for buf in func.params]
         for arg, a in zip(fn.args, align, strict=False):
             arg.attributes.align = a
         self.begin_function(fn, err=None, in_parallel=False)
@@ -415,6 +417,23 @@ class CodegenNVPTX(CodegenLLVM):
         self.stmt(s.body)
         del self.st.bufs[buf.data]
 
+    # memory accesses ------------------------------------------------------------------------
+    def access_align(self, buf: Buffer, index: E.Expr, el: str) -> int:
+        """The alignment an access can claim: its buffer's (shared arrays and allocas are
+        ``SHARED_ALIGN``-aligned here, arguments ``_param_align``) where the index provably keeps
+        it, `pow2_divisor` of the first lane's element offset times the element size. Without
+        it LLVM only sees ``align 4`` on a float4 access of shared memory (address-space
+        inference hides the array's own alignment) and splits it into 4 scalar accesses."""
+        size = dt.itemsize(el)
+        base = SHARED_ALIGN if buf.scope in ("shared", "local") else _param_align(buf)
+        if isinstance(index, E.Ramp):
+            if not (isinstance(index.stride, E.IntImm) and index.stride.value == 1):
+                return size  # a gather/scatter: each lane only has its element's alignment
+            index = index.base
+        if dt.lanes(index.dtype) != 1 or base <= size:
+            return size
+        return max(size, min(base, size * pow2_divisor(index, cap=base)))
+
     # masked memory accesses -----------------------------------------------------------------
     def _masked(self, op: str, vty: ir.Type, args: list[ir.Value]) -> ir.Value:
         """A masked load/store/gather/scatter (`memory.MemoryMixin` operands) without the
@@ -495,12 +514,13 @@ class CodegenNVPTX(CodegenLLVM):
             lane = ir.Constant(I32, i)
             if k is False:
                 continue
+            la = _lane_align(align, i, elty)
             if k is True:
-                v = b.insert_element(v, b.load(lane_ptr(i), typ=elty, align=align), lane)
+                v = b.insert_element(v, b.load(lane_ptr(i), typ=elty, align=la), lane)
                 continue
             pre = b.block
             with b.if_then(b.extract_element(mask, lane)):
-                loaded = b.insert_element(v, b.load(lane_ptr(i), typ=elty, align=align), lane)
+                loaded = b.insert_element(v, b.load(lane_ptr(i), typ=elty, align=la), lane)
                 then_end = b.block
             phi = b.phi(v.type)
             phi.add_incoming(loaded, then_end)
@@ -516,11 +536,12 @@ class CodegenNVPTX(CodegenLLVM):
             lane = ir.Constant(I32, i)
             if k is False:
                 continue
+            la = _lane_align(align, i, value.type.element)
             if k is True:
-                b.store(b.extract_element(value, lane), lane_ptr(i), align=align)
+                b.store(b.extract_element(value, lane), lane_ptr(i), align=la)
                 continue
             with b.if_then(b.extract_element(mask, lane)):
-                b.store(b.extract_element(value, lane), lane_ptr(i), align=align)
+                b.store(b.extract_element(value, lane), lane_ptr(i), align=la)
 
     # expressions ----------------------------------------------------------------------------
     def target_call(self, e: E.Call) -> ir.Value | None:
@@ -572,6 +593,24 @@ class CodegenNVPTX(CodegenLLVM):
     def math_call(self, name: str, args: list[ir.Value], dtypes: list[str],
                   ret_dtype: str) -> ir.Value:
         return emit_gpu_math_call(self.b, name, args, dtypes, ret_dtype)
+
+
+def _param_align(buf: Buffer) -> int:
+    """Bytes a buffer argument's address is promised to be a multiple of (docs/gpu-ir.md)."""
+    return min(PARAM_ALIGN, max(buf.align, buf.itemsize))
+
+
+def _lane_align(align: int, lane: int, elty: ir.Type) -> int:
+    """The alignment of lane ``lane`` of a contiguous access whose first lane has ``align``:
+    the largest power of two dividing both ``align`` and the lane's byte offset."""
+    size = elty.width // 8 if isinstance(elty, ir.IntType) else _FLOAT_BYTES.get(str(elty), 1)
+    off = lane * size  # an unknown type counts as 1 byte: a smaller claim is always safe
+    while off % align:
+        align //= 2
+    return align
+
+
+_FLOAT_BYTES = {"half": 2, "bfloat": 2, "float": 4, "double": 8}
 
 
 def _is_zero(e: E.Expr) -> bool:

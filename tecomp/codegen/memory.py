@@ -151,7 +151,7 @@ class MemoryMixin:
         el = dt.element(e.dtype)
         memel = llvm_type(el, memory=True)
         lanes = dt.lanes(e.dtype)
-        align = dt.itemsize(el)
+        align = self.access_align(e.buffer, e.indices[0], el)
         idx, idx_dtype, contiguous = self._index(e.indices[0], lanes)
         b = self.b
 
@@ -203,7 +203,7 @@ class MemoryMixin:
         info = self.binding(s.buffer)
         el = dt.element(s.buffer.dtype)
         memel = llvm_type(el, memory=True)
-        align = dt.itemsize(el)
+        align = self.access_align(s.buffer, s.indices[0], el)
         # The value is computed under the store's mask: its loads must not read lanes the
         # store will not write (a vectorised tail reads past the end otherwise).
         value = (self.with_mask(vmask, lambda: self.expr(s.value)) if vmask is not None
@@ -238,6 +238,12 @@ class MemoryMixin:
                 do()
             with otherwise:
                 self._report_oob(info, el, offending())
+
+    def access_align(self, buf: Buffer, index: E.Expr, el: str) -> int:
+        """Bytes the address of an access (of its first lane) is known to be a multiple of.
+        The element's size here: CPU buffers are numpy arrays, which promise no more (a view
+        can start at any element). A target that knows more about its buffers overrides it."""
+        return dt.itemsize(el)
 
     def _index(self, index: E.Expr, lanes: int) -> tuple[ir.Value, str, bool]:
         """(value, dtype, contiguous): for a unit-stride Ramp the value is just its base."""

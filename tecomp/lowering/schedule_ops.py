@@ -22,8 +22,10 @@ from ..ir.expr import (
 )
 from ..ir.functor import ExprMutator, StmtMutator, StmtVisitor, free_vars, substitute
 from ..ir.stmt import (
+    DOUBLE_BUFFER_SCOPE,
     THREAD_TAG,
     Allocate,
+    AttrStmt,
     BufferStore,
     For,
     ForKind,
@@ -162,10 +164,7 @@ class Lowering:
         roots = [st for st in self.stages if st.attach_type == "root"]
         for st in self.stages:
             if st.double_buffer_:
-                raise LoweringError(
-                    f"stage {st.name}: double_buffer hides global-memory latency of shared-memory "
-                    "stages on GPUs; CPU builds have no such stage (use prefetch instead)"
-                )
+                self._check_double_buffer(st)
             if self.gpu:
                 continue
             for iv, a in st.iter_var_attrs.items():
@@ -194,6 +193,32 @@ class Lowering:
             fn.attrs["target"] = self.target
             fn.attrs["launch"] = check_gpu_kernel(fn, self.target, {st.name for st in roots})
         return fn
+
+    def _check_double_buffer(self, st: Stage) -> None:
+        """double_buffer() (TVM's InjectDoubleBuffer) loads the tile of the next iteration of the
+        loop a shared stage is computed at while the threads compute on the current one; the
+        pass needs a shared stage at a serial loop, so anything else is refused here, by name."""
+        if not self.gpu:
+            raise LoweringError(
+                f"stage {st.name}: double_buffer hides global-memory latency of shared-memory "
+                "stages on GPUs; CPU builds have no such stage (use prefetch instead)"
+            )
+        scope = self.scopes[st]
+        if scope != "shared":
+            raise LoweringError(
+                f"stage {st.name}: double_buffer applies to shared-memory stages (e.g. "
+                f"s.cache_read(A, \"shared\", [C])); {st.name} has scope '{scope}'")
+        iv = st.attach_ivar
+        if st.attach_type != "scope" or iv is None or st.attach_stage is None:
+            raise LoweringError(
+                f"stage {st.name}: double_buffer loads the next tile while the current one is "
+                "used, so the stage must be computed at a serial loop of its consumer (compute_at "
+                "the outer reduction loop), not at root")
+        a = st.attach_stage.iter_var_attrs.get(iv)
+        if a is not None and a.bind_thread is not None:
+            raise LoweringError(
+                f"stage {st.name}: double_buffer needs the stage computed at a serial loop; "
+                f"'{iv.name}' is bound to {a.bind_thread.thread_tag}")
 
     def _finish(self, body: Stmt) -> Stmt:
         body = _PlainVars().visit_stmt(body)
@@ -363,7 +388,7 @@ class Lowering:
         children = self._attached(st, iv)
         if attr is not None and attr.prefetch:
             pre.extend(self._prefetch(st, iv, attr.prefetch))
-        body = seq(*pre, *[self.stage_nest(c) for c in children], inner)
+        body = seq(*pre, *[self._marked_nest(c) for c in children], inner)
         for c in reversed(children):
             for buf in self.local_allocs.get(c, []):
                 body = Allocate(buf, body)
@@ -375,6 +400,15 @@ class Lowering:
                 f"stage {st.name}: cannot vectorize axis '{iv.name}' with non-constant extent {ext}"
             )
         return self._for(st, iv, ext, kind, body, ann)
+
+    def _marked_nest(self, st: Stage) -> Stmt:
+        """``st``'s nest; a double-buffered stage's is wrapped in one DOUBLE_BUFFER_SCOPE attr
+        per buffer (as TVM's schedule ops do) for passes/inject_double_buffer.py."""
+        nest = self.stage_nest(st)
+        if self.gpu and st.double_buffer_:
+            for buf in reversed(self.local_allocs.get(st, [])):
+                nest = AttrStmt(DOUBLE_BUFFER_SCOPE, buf.data, nest)
+        return nest
 
     def store_predicate(self, st: Stage) -> Expr | None:
         """``st``'s store predicate with thread axes read as the loops bound to them."""

@@ -11,6 +11,13 @@ inside the thread loops) gives every thread its own trip counts for the pieces. 
 harmless for per-thread work, but a loop whose body touches shared memory (or holds a barrier)
 may need barriers inside it, which every thread of the block must reach, so such a loop is only
 cut at block-uniform positions (blockIdx, sizes, uniform loops); its guard stays otherwise.
+The same holds for a loop whose variable indexes a per-thread ("local") buffer, a register
+tile such as ``C_local[i*4 + j]``: cut at a thread-dependent point its pieces have trip counts
+that LLVM cannot unroll, the tile is then indexed with run-time values and lives in local
+memory (a stack frame, spills) instead of registers. Kept whole, the loop has a constant trip
+count, unrolls, and the guard becomes a predicate on each (constant-indexed) element.
+A GPU loop that is cut keeps one ``Allocate`` of each shared buffer in its body: the allocation
+is hoisted around both pieces instead of being copied into each (see `_hoist_shared`).
 CPU code is cut exactly as before.
 """
 
@@ -40,6 +47,7 @@ from ..ir.expr import (
 )
 from ..ir.functor import StmtMutator, StmtVisitor, free_vars, substitute
 from ..ir.stmt import (
+    Allocate,
     BufferStore,
     Evaluate,
     For,
@@ -168,6 +176,74 @@ def _touches_shared(s: Stmt) -> bool:
     return v.found
 
 
+class _IndexesLocal(StmtVisitor):
+    """Does ``var`` (or a let or loop bound derived from it) appear in the index of an access
+    to a "local" buffer?"""
+
+    def __init__(self, var: Var) -> None:
+        self.dep: set[Var] = {var}
+        self.found = False
+
+    def _access(self, b: Buffer, indices: tuple[Expr, ...] | list[Expr]) -> None:
+        if b.scope == "local" and not self.found:
+            self.found = any(free_vars(i) & self.dep for i in indices)
+
+    def visit_BufferStore(self, s: BufferStore) -> None:
+        self._access(s.buffer, s.indices)
+        super().visit_BufferStore(s)
+
+    def visit_BufferLoad(self, e: BufferLoad) -> None:
+        self._access(e.buffer, e.indices)
+        super().visit_BufferLoad(e)
+
+    def visit_LetStmt(self, s: LetStmt) -> None:
+        if free_vars(s.value) & self.dep:
+            self.dep.add(s.var)
+        super().visit_LetStmt(s)
+
+    def visit_For(self, s: For) -> None:
+        if (free_vars(s.min) | free_vars(s.extent)) & self.dep:
+            self.dep.add(s.var)
+        super().visit_For(s)
+
+
+def _indexes_local(var: Var, s: Stmt) -> bool:
+    v = _IndexesLocal(var)
+    v.visit_stmt(s)
+    return v.found
+
+
+class _HoistShared(StmtMutator):
+    """Take the shared ``Allocate``s (constant shape) out of a statement, keeping their bodies."""
+
+    def __init__(self) -> None:
+        self.allocs: list[Buffer] = []
+
+    def visit_Allocate(self, s: Allocate) -> Stmt:
+        b = s.buffer
+        if b.scope != "shared" or any(free_vars(d) for d in b.shape) or any(b is x for x in self.allocs):
+            return super().visit_Allocate(s)
+        self.allocs.append(b)
+        return self.visit_stmt(s.body)
+
+
+def _hoist_shared(body: Stmt) -> tuple[Stmt, list[Buffer]]:
+    """``body`` without its shared allocations, and their buffers (outermost first).
+
+    Cutting a loop copies its body; copied with it, an ``Allocate`` of a shared buffer became
+    two allocations, and codegen gave each its own ``.shared`` array: twice the block's shared
+    memory for a k loop with a tail. The cut loop is wrapped in the allocations instead, so the
+    IR itself says there is one buffer. This is done here, not by merging arrays in codegen,
+    because flatten gives each ``Allocate`` its own flat buffer and thread_sync then plans
+    barriers for the copies as distinct buffers (maybe none between one copy's last reads and the
+    next copy's first writes): arrays shared behind its back could race, unseen by the emulator and
+    its race detector, which run the IR as written. Hoisting is sound for shared memory: it is
+    one per block whatever the loop nest, and a copy's contents were never defined on entry.
+    """
+    h = _HoistShared()
+    return h.visit_stmt(body), h.allocs
+
+
 class LoopPartition(StmtMutator):
     def __init__(self, gpu: bool = False) -> None:
         self.depth = 0
@@ -175,16 +251,19 @@ class LoopPartition(StmtMutator):
         # GPU: variables whose value may differ between the threads of a block (threadIdx
         # loops, loops and lets over them)
         self.varying: set[Var] = set()
-        self._shared: dict[int, tuple[Stmt, bool]] = {}
+        self._shared: dict[int, tuple[Stmt, Var, bool]] = {}
 
-    def _thread_dependent_cut(self, split: Expr, body: Stmt) -> bool:
-        """Would cutting at ``split`` give threads different trip counts around shared memory?"""
+    def _thread_dependent_cut(self, split: Expr, loop: For) -> bool:
+        """Would cutting ``loop`` at ``split`` give threads different trip counts around shared
+        memory, or around a register tile indexed by the loop?"""
         if not self.gpu or not free_vars(split) & self.varying:
             return False
+        body = loop.body
         m = self._shared.get(id(body))
-        if m is None or m[0] is not body:
-            m = self._shared[id(body)] = (body, _touches_shared(body))
-        return m[1]
+        if m is None or m[0] is not body or m[1] is not loop.var:
+            keep = _touches_shared(body) or _indexes_local(loop.var, body)
+            m = self._shared[id(body)] = (body, loop.var, keep)
+        return m[2]
 
     def visit_LetStmt(self, s: LetStmt) -> Stmt:
         if self.gpu and free_vars(s.value) & self.varying:
@@ -227,16 +306,20 @@ class LoopPartition(StmtMutator):
                 return self.visit_For(For(s.var, s.min, s.extent, s.kind, body, s.annotations))
             if can_prove(LE(split, lo)):
                 continue
-            if self._thread_dependent_cut(split, s.body):
+            if self._thread_dependent_cut(split, s):
                 continue  # the guard stays: see the module docstring
-            steady_body = _SetTrue(cond).visit_stmt(s.body)
+            body, allocs = _hoist_shared(s.body) if self.gpu else (s.body, [])
+            steady_body = _SetTrue(cond).visit_stmt(body)
             tail_var = Var(s.var.name, s.var.dtype)
-            tail_body = substitute(s.body, {s.var: tail_var})
+            tail_body = substitute(body, {s.var: tail_var})
             self.depth += 1
             steady = self.visit_for_plain(For(s.var, lo, simplify(split - lo), s.kind, steady_body, s.annotations))
             tail = self.visit_for_plain(For(tail_var, split, simplify(hi_excl - split), s.kind, tail_body, s.annotations))
             self.depth -= 1
-            return seq(steady, tail)
+            out = seq(steady, tail)
+            for b in reversed(allocs):
+                out = Allocate(b, out)
+            return out
         body = self.visit_stmt(s.body)
         if body is s.body:
             return s
