@@ -120,6 +120,9 @@ class PrimFunc:
 
 THREAD_TAG = "thread_tag"
 BARRIER = "syncthreads"
+# AttrStmt key: the body is the producer of a shared buffer (``value``: its data Var) marked
+# ``double_buffer()``; passes/inject_double_buffer.py rewrites the enclosing loop and drops it
+DOUBLE_BUFFER_SCOPE = "double_buffer_scope"
 
 
 def thread_tag(s: For) -> str | None:

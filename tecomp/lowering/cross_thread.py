@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..arith.simplify import simplify
 from ..errors import ScheduleError
@@ -40,6 +41,10 @@ from ..ir.functor import free_vars, substitute
 from ..ir.stmt import Allocate, BufferStore, ForKind, IfThenElse, LetStmt, Stmt, barrier, seq
 from ..te.schedule import Stage
 from ..te.tensor import ComputeOp, IterVar, IterVarKind
+
+if TYPE_CHECKING:  # schedule_ops imports this module
+    from ..te.reduction import CommReducer
+    from .schedule_ops import Lowering
 
 WARP = 32
 FULL_MASK = const(-1, "int32")  # 0xffffffff: every lane of the warp takes part
@@ -62,11 +67,11 @@ def _tag(st: Stage, iv: IterVar) -> str | None:
     return a.bind_thread.thread_tag if a is not None and a.bind_thread is not None else None
 
 
-def block_extents(lw: object) -> dict[str, int]:
+def block_extents(lw: Lowering) -> dict[str, int]:
     """threadIdx extents of the kernel's block: the widest loop bound to each tag."""
     out: dict[str, int] = {}
-    for s in lw.stages:  # type: ignore[attr-defined]
-        b = lw.bounds[s]  # type: ignore[attr-defined]
+    for s in lw.stages:
+        b = lw.bounds[s]
         for iv in s.leaf_iter_vars:
             tag = _tag(s, iv)
             if tag is None or not tag.startswith("threadIdx"):
@@ -130,8 +135,8 @@ class _Group:
         return self._linear(self.other)
 
 
-def _combine(comb: object, a: Sequence[Expr], b: Sequence[Expr]) -> list[Expr]:
-    lhs, rhs, res = comb.lhs, comb.rhs, comb.result  # type: ignore[attr-defined]
+def _combine(comb: CommReducer, a: Sequence[Expr], b: Sequence[Expr]) -> list[Expr]:
+    lhs, rhs, res = comb.lhs, comb.rhs, comb.result
     m = {**dict(zip(lhs, a)), **dict(zip(rhs, b))}
     return [substitute(r, m) for r in res]
 
@@ -151,7 +156,7 @@ def _is_32bit(dtype: str) -> bool:
     return dt.lanes(dtype) == 1 and dt.itemsize(dtype) == 4 and not dt.is_bool(dtype)
 
 
-def allreduce(comb: object, partial: list[Buffer], grp: _Group, name: str) -> tuple[Stmt, list[Buffer]]:
+def allreduce(comb: CommReducer, partial: list[Buffer], grp: _Group, name: str) -> tuple[Stmt, list[Buffer]]:
     """Statements leaving in ``partial[k][0]`` of every thread the combination of the group's
     partials; also the shared buffers they need (allocated by the caller around them)."""
     zero = const(0)
@@ -213,15 +218,15 @@ def allreduce(comb: object, partial: list[Buffer], grp: _Group, name: str) -> tu
     return seq(*body), bufs
 
 
-def cross_thread_nest(lw: object, st: Stage) -> Stmt:
+def cross_thread_nest(lw: Lowering, st: Stage) -> Stmt:
     """The loop nest of reduction stage ``st`` whose reduce leaves include threadIdx-bound ones."""
     from .schedule_ops import _guard
 
     op = st.op
     assert isinstance(op, ComputeOp)
-    b = lw.bounds[st]  # type: ignore[attr-defined]
+    b = lw.bounds[st]
     leaves = st.leaf_iter_vars
-    reds = lw.bodies[st]  # type: ignore[attr-defined]
+    reds = lw.bodies[st]
     r0 = reds[0]
     if not isinstance(r0, Reduce):
         raise ScheduleError(f"stage {st.name}: only reduction axes reduce across threads")
@@ -243,7 +248,7 @@ def cross_thread_nest(lw: object, st: Stage) -> Stmt:
         first = leaves.index(normal[0])
         for iv in common[:]:
             if leaves.index(iv) > first:
-                kids = [c.name for c in lw._attached(st, iv)]  # type: ignore[attr-defined]
+                kids = [c.name for c in lw._attached(st, iv)]
                 if kids:
                     raise ScheduleError(
                         f"stage {', '.join(kids)} is computed at '{iv.name}' of {st.name}, inside the "
@@ -264,7 +269,7 @@ def cross_thread_nest(lw: object, st: Stage) -> Stmt:
     for tag, iv, owner in around:
         if tag is None or not tag.startswith("threadIdx") or tag in here:
             continue
-        ext = simplify(lw.bounds[owner].ext[iv])  # type: ignore[attr-defined]
+        ext = simplify(lw.bounds[owner].ext[iv])
         assert isinstance(ext, IntImm)
         if ext.value != block.get(tag, 1):
             what = "reduces over" if iv in t_red else "is computed inside"
@@ -295,11 +300,11 @@ def cross_thread_nest(lw: object, st: Stage) -> Stmt:
     vmap = {iv.var: b.root_value(iv) for iv in op.axis + op.reduce_axis}
     out_idx = tuple(simplify(b.value[iv]) for iv in op.axis)
     comb = r0.combiner
-    outs = [lw.buffers[(st, k)] for k in range(len(reds))]  # type: ignore[attr-defined]
+    outs = [lw.buffers[(st, k)] for k in range(len(reds))]
     name = outs[0].name
     partial = [Buffer(f"{bf.name}_red_local", (const(1),), bf.dtype, scope="local") for bf in outs]
     zero = const(0)
-    mut = lw.mutator  # type: ignore[attr-defined]
+    mut = lw.mutator
     src = [mut.visit(substitute(s, vmap)) for s in r0.source]
     cond = simplify(mut.visit(substitute(r0.condition, vmap)))
     conds = [simplify(c) for c in b.conds]
@@ -310,7 +315,7 @@ def cross_thread_nest(lw: object, st: Stage) -> Stmt:
     init = seq(*[BufferStore(p, v, (zero,)) for p, v in zip(partial, comb.identity)])
     inner = update
     for iv in reversed(normal):
-        inner = lw._loop(st, iv, inner)  # type: ignore[attr-defined]
+        inner = lw._loop(st, iv, inner)
     combine, shared = allreduce(comb, partial, grp, name)
 
     # the store, by the threads the store predicate names, of elements inside the bounds
@@ -319,7 +324,7 @@ def cross_thread_nest(lw: object, st: Stage) -> Stmt:
         total = _combine(comb, [mut.visit(substitute(v, vmap)) for v in r0.init], total)
     red_vars = {iv.var for iv in leaves if iv.kind == IterVarKind.REDUCE}
     spatial = [c for c in conds if not (free_vars(c) & red_vars)]
-    pred = lw.store_predicate(st)  # type: ignore[attr-defined]
+    pred = lw.store_predicate(st)
     # every thread of the group holds the total; without a predicate of the user's, the first
     # one stores it into shared or global memory (the others would write the same value:
     # redundant stores, and races to the race detector); a per-thread ("local") result is
@@ -333,7 +338,7 @@ def cross_thread_nest(lw: object, st: Stage) -> Stmt:
     for bf in shared + partial:
         body = Allocate(bf, body)
     for iv in reversed(common):
-        body = lw._loop(st, iv, body)  # type: ignore[attr-defined]
+        body = lw._loop(st, iv, body)
     return body
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from ..ir.stmt import PrimFunc
 from .flatten import flatten
+from .inject_double_buffer import inject_double_buffer
 from .inject_virtual_thread import inject_virtual_thread
 from .loop_partition import loop_partition
 from .simplify import simplify_func
@@ -33,9 +34,13 @@ PIPELINE: list[tuple[str, Pass]] = [
 
 
 # GPU kernels: no storage rewrite (its CPU stack-buffer reuse does not know shared memory),
-# and barriers last, on the final statement structure.
+# and barriers last, on the final statement structure. Double buffering right after the virtual
+# threads (their copies then share one load of each tile, which is what gets pipelined) and
+# before loop partition, which then cuts the pipelined loop at a ragged last tile (the doubled
+# allocation sits outside the loop, so the cut copies share it).
 GPU_PIPELINE: list[tuple[str, Pass]] = [
     ("inject_virtual_thread", inject_virtual_thread),
+    ("inject_double_buffer", inject_double_buffer),
     ("simplify", simplify_func),
     ("loop_partition", loop_partition),
     ("simplify", simplify_func),
