@@ -180,8 +180,12 @@ class CUDABackend(Backend):
                provenance: Mapping[str, Any] | None = None,
                kernel_provenance: Mapping[str, Mapping[str, Any]] | None = None,
                linker: str | None = None, libs: Sequence[str] = ()) -> LibraryFiles:
-        raise TecompError("exporting cuda kernels as a library (PTX + cubins + manifest) is not "
-                          "built yet; get the PTX with f.get_source('ptx')")
+        from ..runtime.export import write_cuda_library
+
+        # PTX, cubins for sm_80/sm_90 where ptxas is installed, and the manifest; nothing is
+        # linked, so linker/libs do not apply
+        return write_cuda_library(self.compile(art), path, provenance=provenance,
+                                  kernel_provenance=kernel_provenance)
 
 
 _CPU = CPUBackend()

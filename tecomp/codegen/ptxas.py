@@ -8,7 +8,8 @@ kernel uses (registers, spills, stack, shared and constant memory).
         0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
     ptxas info    : Used 14 registers, used 1 barriers, 512 bytes smem, 376 bytes cmem[0]
 
-`ptxas_resources` parses that into `Resources`; `compile_cubin` assembles a cubin.
+`ptxas_resources` parses that into `Resources`; `compile_cubin` assembles a cubin
+(`compile_cubin_report`: both from one run).
 
 When ptxas is absent, `find_ptxas` returns None and the other functions raise
 `PtxasMissing` (a `TecompError`; catch it to skip the check). PTX that ptxas rejects
@@ -209,5 +210,27 @@ def compile_cubin(ptx: str, arch: str) -> bytes:
     return cubin
 
 
+def compile_cubin_report(ptx: str, arch: str) -> tuple[bytes, Resources]:
+    """`compile_cubin` and `ptxas_resources` from one ptxas run: the cubin for ``arch`` and
+    what each kernel in it uses (what an exported library records beside its cubins)."""
+    log, cubin = _run(ptx, arch, ["-v"])
+    return cubin, parse_resources(log, arch)
+
+
+def ptxas_version() -> str | None:
+    """The release of the ptxas `find_ptxas` picks ("13.0.88"), None without one; a cubin
+    loads on drivers at least as new as the ptxas that made it."""
+    exe = find_ptxas()
+    if exe is None:
+        return None
+    try:
+        p = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"\bV(\d+(?:\.\d+)+)", p.stdout)
+    return m.group(1) if m else None
+
+
 __all__ = ["KernelResources", "PtxasError", "PtxasMissing", "Resources", "compile_cubin",
-           "find_ptxas", "parse_resources", "ptxas_resources", "search_locations"]
+           "compile_cubin_report", "find_ptxas", "parse_resources", "ptxas_resources",
+           "ptxas_version", "search_locations"]

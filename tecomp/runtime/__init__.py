@@ -19,7 +19,7 @@ _LAZY = {
     "Module": "module", "build_cpu": "module",
     "Function": "cpu", "BenchmarkResult": "cpu",
     "ParamSpec": "args",
-    "LibraryFiles": "export",
+    "LibraryFiles": "export", "export_modules": "export",
     "GpuModule": "gpu_module", "GpuFunction": "gpu_module",
     "cuda_available": "cuda",
 }

@@ -7,6 +7,11 @@ Pieces:
 
 * `CudaModule`: a PTX text or a cubin/fatbin image, loaded with ``cuModuleLoadData`` into the
   primary context of its device on first use; ``mod.kernel(...)`` / ``mod[name]`` give kernels.
+  Given ``cubins`` by arch too (an exported library), it loads the one the device runs
+  (`pick_cubin`), else the PTX.
+* `LaunchPlan`: a cuda function (one kernel, or several launched in order with intermediate
+  tensors) as plain data; ``plan.launcher(mod)`` is what built (`GpuFunction`) and loaded
+  (`tecomp.runtime.loader`) functions call, through `call_or_explain`.
 * `CudaKernel`: one ``.entry`` with tecomp's calling convention, the CPU kernels' one: the
   device pointers of the buffers in parameter order, then the symbolic dims as int64 (the
   kernel reads pointers as 8-byte ``.u64`` params and dims as ``.s64``/``.u64``). Arguments
@@ -56,6 +61,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -611,9 +617,14 @@ class CudaModule:
     >>> k(a, b)                                                             # doctest: +SKIP
     """
 
-    def __init__(self, image: str | bytes | bytearray | memoryview, device: int = 0) -> None:
+    def __init__(self, image: str | bytes | bytearray | memoryview, device: int = 0,
+                 cubins: Mapping[str, bytes] | None = None) -> None:
         self.image = _image_bytes(image)
         self.device_ordinal = device
+        # binary images by arch ("sm_80"), preferred over ``image`` on a device they run on:
+        # no JIT at load, and no dependence on the driver's PTX ISA version
+        self.cubins = dict(cubins or {})
+        self.loaded_from: str | None = None  # "cubin sm_80" / "PTX" once loaded
         self._handle: Any = None
         self._device: CudaDevice | None = None
         self._functions: dict[str, Any] = {}
@@ -638,11 +649,27 @@ class CudaModule:
         with _lock:
             if self._handle is None:
                 with dev.activate():
-                    what = (f"loading a {'PTX' if self.is_ptx else 'cubin'} module on device "
-                            f"{dev.ordinal} ({dev.name}, {dev.arch})")
-                    self._handle = _call(dev.drv, "cuModuleLoadData", self.image, what=what)
+                    self._handle = self._load_image(dev)
                 self._device = dev
         return dev
+
+    def _load_image(self, dev: CudaDevice) -> Any:
+        arch = pick_cubin(self.cubins, dev.compute_capability)
+        where = f"on device {dev.ordinal} ({dev.name}, {dev.arch})"
+        if arch is not None:
+            try:
+                handle = _call(dev.drv, "cuModuleLoadData", self.cubins[arch],
+                               what=f"loading the {arch} cubin {where}")
+                self.loaded_from = f"cubin {arch}"
+                return handle
+            except CudaError:
+                # e.g. a driver older than the ptxas that made the cubin: the PTX may still JIT
+                if not self.is_ptx:
+                    raise
+        what = f"loading a {'PTX' if self.is_ptx else 'cubin'} module {where}"
+        handle = _call(dev.drv, "cuModuleLoadData", self.image, what=what)
+        self.loaded_from = "PTX" if self.is_ptx else "cubin"
+        return handle
 
     def get_function(self, name: str) -> Any:
         """The driver's ``CUfunction`` for the ``.entry`` named ``name``."""
@@ -697,6 +724,24 @@ class CudaModule:
     def __repr__(self) -> str:
         kind = "PTX" if self.is_ptx else "cubin"
         return f"<tecomp.CudaModule {kind}, {len(self.image)} bytes, device {self.device_ordinal}>"
+
+
+def pick_cubin(cubins: Mapping[str, bytes], capability: tuple[int, int]) -> str | None:
+    """The arch of the cubin in ``cubins`` that runs on a device of compute ``capability``:
+    its own arch (``sm_90``, else ``sm_90a``), else the newest of the same major version with
+    a minor not above the device's (cubins run on later minors, never across majors;
+    ``sm_XYa`` ones only on X.Y itself), else None (load the PTX)."""
+    major, minor = capability
+    for exact in (f"sm_{major}{minor}", f"sm_{major}{minor}a"):
+        if exact in cubins:
+            return exact
+    best: tuple[int, str] | None = None
+    for arch in cubins:
+        m = re.fullmatch(r"sm_(\d+)(\d)", arch)
+        if m and int(m.group(1)) == major and int(m.group(2)) <= minor:
+            if best is None or int(m.group(2)) > best[0]:
+                best = (int(m.group(2)), arch)
+    return best[1] if best else None
 
 
 def launch_spec_of(launch: Mapping[str, Any], dim_names: Mapping[Any, str]) -> dict[str, int | str]:
@@ -1098,6 +1143,91 @@ class KernelSequence:
         return f"<tecomp.KernelSequence {self.name}: {', '.join(k.name for k, _, _ in self.steps)}>"
 
 
+# launch plans -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """One ``.entry`` of a cuda function and its launch, as plain data.
+
+    ``spec``: the entry's own signature; ``launch``: as in `CudaModule.kernel`, over
+    ``spec.dims``; ``args``: per entry parameter, its index in the function's arguments
+    followed by its intermediates; ``dims``: per entry dim, its index in the function's dims;
+    ``shared_mem``: dynamic shared memory bytes (tecomp's kernels declare theirs statically).
+    """
+
+    spec: KernelSpec
+    launch: Mapping[str, int | str]
+    args: tuple[int, ...]
+    dims: tuple[int, ...]
+    shared_mem: int = 0
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A cuda function as plain data: its signature (``spec``, what a caller passes), the
+    kernels it launches in order, and the global tensors passed between them
+    (``intermediates``, shapes over the function's dim names). A built `GpuFunction` makes
+    one from its IR, a loaded library from its manifest; both launch through `launcher`, so
+    a loaded function checks and launches exactly like the built one."""
+
+    spec: KernelSpec
+    kernels: tuple[KernelLaunch, ...]
+    intermediates: tuple[ParamSpec, ...] = ()
+
+    @property
+    def single(self) -> bool:
+        """One kernel that is the function itself (its name, the arguments in order)."""
+        if len(self.kernels) != 1 or self.intermediates:
+            return False
+        k = self.kernels[0]
+        return (k.spec.name == self.spec.name and k.args == tuple(range(len(self.spec.params)))
+                and k.dims == tuple(range(len(self.spec.dims))))
+
+    def launcher(self, mod: CudaModule) -> CudaKernel | KernelSequence:
+        """The callable (`prepare`, ``__call__``, `time_evaluator`) of this function in ``mod``
+        (needs no GPU until it is called)."""
+        spec = self.spec
+        if self.single:
+            k = self.kernels[0]
+            return mod.kernel(spec.name, spec.params, spec.dims, k.launch, k.shared_mem,
+                              spec.check_overlap)
+        # the host signature only checks arguments; each kernel is launched as itself
+        host = mod.kernel(spec.name, spec.params, spec.dims, {}, check_overlap=spec.check_overlap)
+        steps = [(mod.kernel_for(k.spec, k.launch, k.shared_mem), list(k.args), list(k.dims))
+                 for k in self.kernels]
+        return KernelSequence(host, steps, [(_numpy_dtype(p.dtype).str, _shape_fn(p, spec.dims))
+                                            for p in self.intermediates])
+
+
+def _numpy_dtype(dtype: str) -> np.dtype:
+    from ..ir import dtype as dt
+
+    return np.dtype(dt.to_numpy(dtype))
+
+
+def _shape_fn(p: ParamSpec, dim_names: Sequence[str]) -> Callable[[Sequence[int]], tuple[int, ...]]:
+    extents = [s if isinstance(s, int) else compile(s, f"<shape of {p.name}>", "eval")
+               for s in p.shape]
+
+    def shape(dims: Sequence[int]) -> tuple[int, ...]:
+        env = dict(zip(dim_names, dims, strict=True))
+        return tuple(e if isinstance(e, int) else int(eval(e, _SHAPE_NS, env)) for e in extents)
+    return shape
+
+
+def call_or_explain(kernel: CudaKernel | KernelSequence, name: str, args: Sequence[object],
+                    hint: str, run: Callable[..., Any] | None = None) -> Any:
+    """Run ``kernel`` (or ``run``, e.g. its timer) on ``args`` and return what it returns;
+    where CUDA cannot run, check the arguments first (wrong ones are reported as such) and
+    raise `CudaUnavailable` saying why, then ``hint``."""
+    ok, why = cuda_available()
+    if not ok:
+        kernel.prepare(*args)
+        kind = _state[0] if isinstance(_state, tuple) else "no-gpu"
+        raise CudaUnavailable(kind, f"cannot run cuda kernel {name}: {why}. {hint}")
+    return (run or kernel)(*args)
+
+
 def _dim3(v: Sequence[int], what: str) -> tuple[int, int, int]:
     t = tuple(int(x) for x in v)
     if not 1 <= len(t) <= 3 or any(x < 0 for x in t):
@@ -1181,6 +1311,6 @@ class _Bound:
 
 
 __all__ = ["CudaDevice", "CudaError", "CudaKernel", "CudaModule", "CudaUnavailable",
-           "DeviceArray", "KernelSequence", "PreparedCall", "as_device_array", "cuda_available",
-           "from_cuda_array_interface", "from_dlpack", "from_dlpack_capsule", "get_device",
-           "launch_spec_of"]
+           "DeviceArray", "KernelLaunch", "KernelSequence", "LaunchPlan", "PreparedCall",
+           "as_device_array", "call_or_explain", "cuda_available", "from_cuda_array_interface",
+           "from_dlpack", "from_dlpack_capsule", "get_device", "launch_spec_of", "pick_cubin"]

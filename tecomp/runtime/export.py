@@ -9,7 +9,15 @@
 - ``out/kernels.json``: the manifest `tecomp.runtime.loader` reads (kernels, argument specs,
   target and the CPU features the code needs, the .so's sha256, tuning provenance).
 
-The three files are written to temporary names and renamed into place, so a process that has
+A cuda module's functions (`tecomp.runtime.gpu_module`; `export_modules` puts them beside CPU
+functions in one library) add ``out/kernels.ptx`` and, where ptxas is installed,
+``out/kernels.sm_80.cubin`` / ``out/kernels.sm_90.cubin``; the manifest's ``"cuda"`` section
+names them (arch, sha256, PTX ISA version, ptxas's per-kernel resources) and each cuda
+function's entry lists the kernels it launches in order: grid and block as expressions over
+the argument dims, arguments, shared memory, and the intermediate tensors between kernels.
+A library of cuda functions only has no ``.so``; the header then only describes them.
+
+The files are written to temporary names and renamed into place, so a process that has
 the old library loaded keeps running (its mapping is of the old, unlinked inode) and a reader
 never sees a half-written file. Provenance (tuning log, record hash, measured time) is taken
 as plain dicts, so the tuner can feed it later without this module knowing about records.
@@ -25,6 +33,7 @@ import datetime
 import functools
 import hashlib
 import json
+import math
 import os
 import re
 import shlex
@@ -32,26 +41,58 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..codegen.target import Target
 from ..errors import TecompError
+from ..ir import dtype as dt
+from ..ir import stmt as S  # noqa: N812
+from ..ir.stmt import PrimFunc
 from .args import KernelSpec
-from .loader import CPU_FLAGS, SCHEMA, SCHEMA_VERSION, library_files, machine_arch, triple_arch
+from .loader import (
+    CPU_FLAGS,
+    CPU_SCHEMA_VERSION,
+    SCHEMA,
+    SCHEMA_VERSION,
+    library_files,
+    machine_arch,
+    triple_arch,
+)
 
 if TYPE_CHECKING:
+    from ..codegen.backend import Artifact
     from .module import Module
 
 
 @dataclass(frozen=True)
 class LibraryFiles:
-    """The files `export_library` wrote."""
+    """The files `export_library` wrote. ``library`` is what `load_module` takes: the shared
+    object, or the PTX for a library of cuda functions only (no CPU code, no ``.so``);
+    ``ptx`` and ``cubins`` (by arch) are the GPU code of a library with cuda functions."""
 
     library: Path
     header: Path
     manifest: Path
+    ptx: Path | None = None
+    cubins: Mapping[str, Path] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _CpuPart:
+    """CPU code for a library: what `write_library` takes."""
+
+    ir_text: str
+    target: Target
+    kernels: Sequence[KernelSpec]
+    debug: bool = False
+    uses_openmp: bool = False
+    oob_record: str | None = None
+    debug_buffers: Sequence[str] = ()
+    linker: str | None = None
+    libs: Sequence[str] = ()
+    obj: bytes | None = None
 
 
 def export_module(mod: Module, path: str | os.PathLike[str],
@@ -59,11 +100,44 @@ def export_module(mod: Module, path: str | os.PathLike[str],
                   kernel_provenance: Mapping[str, Mapping[str, Any]] | None = None,
                   linker: str | None = None, libs: Sequence[str] = ()) -> LibraryFiles:
     """Export a built `Module` (see `write_library` for the arguments)."""
+    return export_modules([mod], path, provenance=provenance, kernel_provenance=kernel_provenance,
+                          linker=linker, libs=libs)
+
+
+def export_modules(modules: Sequence[Any], path: str | os.PathLike[str],
+                   provenance: Mapping[str, Any] | None = None,
+                   kernel_provenance: Mapping[str, Mapping[str, Any]] | None = None,
+                   linker: str | None = None, libs: Sequence[str] = (),
+                   cubin_archs: Sequence[str] | None = None) -> LibraryFiles:
+    """Export built modules as one library: at most one CPU `Module` (``target="llvm"``) and
+    one cuda `GpuModule`, whose functions share the manifest (names must not repeat).
+
+    >>> export_modules([tc.build(s1, a1, name="pre"), tc.build(s2, a2, target="cuda", name="mm")],
+    ...                "out/kernels.so")                                    # doctest: +SKIP
+    >>> lib = tc.runtime.load_module("out/kernels.so"); lib["pre"], lib["mm"]  # doctest: +SKIP
+    """
     from ..codegen.backend import backend_for
 
-    return backend_for(mod.target).export(mod.artifact, path, provenance=provenance,
-                                          kernel_provenance=kernel_provenance, linker=linker,
-                                          libs=libs)
+    cpu: _CpuPart | None = None
+    gpu: Artifact | None = None
+    for mod in modules:
+        art = getattr(mod, "artifact", None)
+        if art is None:
+            raise TecompError(f"export_modules takes modules built by tc.build, got "
+                              f"{type(mod).__name__}")
+        kind = art.target.kind
+        if (kind == "cuda" and gpu is not None) or (kind != "cuda" and cpu is not None):
+            raise TecompError(f"a library holds one {kind} module; build its functions together "
+                              "(tc.build([(s1, args1, 'f'), (s2, args2, 'g')], target=...))")
+        art = backend_for(art.target).compile(art)  # no-op when already compiled
+        if kind == "cuda":
+            gpu = art
+        else:
+            cpu = _CpuPart(art.source, art.target, art.kernels, art.debug, art.uses_openmp,
+                           art.oob_record, art.debug_buffers, linker, libs, art.binary)
+    if cpu is None and gpu is None:
+        raise TecompError("export_modules needs at least one module")
+    return _write_bundle(path, cpu, gpu, provenance, kernel_provenance, cubin_archs)
 
 
 def build_library(sch: Any, args: Sequence[Any] | None = None, *, path: str | os.PathLike[str],
@@ -71,18 +145,22 @@ def build_library(sch: Any, args: Sequence[Any] | None = None, *, path: str | os
                   **export: Any) -> LibraryFiles:
     """Like ``tc.build(sch, args, target, name, debug).export_library(path)``, without the JIT.
 
-    For targets this process cannot run (``"llvm -mcpu=sapphirerapids"`` on an AMD machine);
-    ``export`` takes `write_library`'s keyword arguments.
+    For targets this process cannot run (``"llvm -mcpu=sapphirerapids"`` on an AMD machine,
+    ``"cuda"`` anywhere); ``export`` takes `write_library`'s keyword arguments (cuda:
+    `write_cuda_library`'s).
     """
     from ..build_module import _check_name, _normalize
     from ..codegen.backend import backend_for
 
-    funcs = _normalize(sch, args, name)
+    tgt = Target.parse(target)
+    funcs = _normalize(sch, args, name, debug, tgt)  # as tc.build lowers (GPU lowering for cuda)
     for f in funcs:
         _check_name(f.name)
-    tgt = Target.parse(target)
     backend = backend_for(tgt)
-    return backend.export(backend.codegen(funcs, tgt, debug=debug, name=funcs[0].name), path, **export)
+    art = backend.codegen(funcs, tgt, debug=debug, name=funcs[0].name)
+    if tgt.kind == "cuda":  # CUDABackend.export does not delegate here yet
+        return write_cuda_library(backend.compile(art), path, **export)
+    return backend.export(art, path, **export)
 
 
 def write_library(ir_text: str, target: Target, kernels: Sequence[KernelSpec],
@@ -101,10 +179,34 @@ def write_library(ir_text: str, target: Target, kernels: Sequence[KernelSpec],
     flags) defining C functions that kernels call through ``te.call_extern``. ``obj``: the
     object code of ``ir_text`` for ``target`` when it was already compiled.
     """
-    from ..codegen.llvm_jit import emit_object
+    cpu = _CpuPart(ir_text, target, kernels, debug, uses_openmp, oob_record, debug_buffers,
+                   linker, libs, obj)
+    return _write_bundle(path, cpu, None, provenance, kernel_provenance, None)
+
+
+def write_cuda_library(art: Artifact, path: str | os.PathLike[str],
+                       provenance: Mapping[str, Any] | None = None,
+                       kernel_provenance: Mapping[str, Mapping[str, Any]] | None = None,
+                       cubin_archs: Sequence[str] | None = None, **_cpu_only: Any) -> LibraryFiles:
+    """Write a compiled cuda artifact as a library: ``<base>.ptx``, a cubin per arch in
+    ``cubin_archs`` (default: the target's arch, sm_80 and sm_90 where its PTX assembles for
+    them) as ``<base>.<arch>.cubin`` when ptxas is installed, ``<base>.h`` (the kernels and
+    their launches, in comments) and the manifest ``<base>.json``. ``linker``/``libs`` are
+    accepted and ignored (nothing is linked)."""
+    return _write_bundle(path, None, art, provenance, kernel_provenance, cubin_archs)
+
+
+def _write_bundle(path: str | os.PathLike[str], cpu: _CpuPart | None, gpu: Artifact | None,
+                  provenance: Mapping[str, Any] | None,
+                  kernel_provenance: Mapping[str, Mapping[str, Any]] | None,
+                  cubin_archs: Sequence[str] | None) -> LibraryFiles:
+    from .. import __version__
 
     library, header, manifest = library_files(path)
-    names = [k.name for k in kernels]
+    base = header.with_suffix("")
+    cpu_names = [k.name for k in cpu.kernels] if cpu else []
+    gpu_names = [k.name for k in gpu.kernels] if gpu else []
+    names = cpu_names + gpu_names
     _check_kernel_names(names)
     lib_prov = _json_object(provenance, "provenance")
     kprov = dict(kernel_provenance or {})
@@ -114,55 +216,217 @@ def write_library(ir_text: str, target: Target, kernels: Sequence[KernelSpec],
                           f"it has {names}")
     per_kernel = {n: _merged_provenance(lib_prov, _json_object(kprov.get(n), f"provenance of {n}"))
                   for n in names}
-    required = required_features(target)
-    if obj is None:
-        obj = emit_object(ir_text, target)
-    library.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=library.parent, prefix=".tecomp-export-") as tmp:
-        obj_path = Path(tmp) / "kernels.o"
-        obj_path.write_bytes(obj)
-        so_tmp = Path(tmp) / library.name
-        link = _link(obj_path, so_tmp, library.name, target, uses_openmp, linker, libs)
-        sha = hashlib.sha256(so_tmp.read_bytes()).hexdigest()
-        from .. import __version__
+    cuda = _cuda_code(gpu, base.name, cubin_archs) if gpu is not None else None
+    obj = None
+    if cpu is not None:
+        from ..codegen.llvm_jit import emit_object
 
-        text = render_header(kernels, library.name, header.stem, target, debug, oob_record,
-                             debug_buffers, __version__)
-        data = {
+        required = required_features(cpu.target)
+        obj = cpu.obj if cpu.obj is not None else emit_object(cpu.ir_text, cpu.target)
+    library.parent.mkdir(parents=True, exist_ok=True)
+    written = {}  # final path -> temporary path, renamed in this order
+    with tempfile.TemporaryDirectory(dir=library.parent, prefix=".tecomp-export-") as tmp:
+        data: dict[str, Any] = {
             "schema": SCHEMA,
-            "schema_version": SCHEMA_VERSION,
+            # version 1 readers know CPU libraries only: one with cuda functions is version 2,
+            # which they refuse with "upgrade tecomp" instead of misreading
+            "schema_version": SCHEMA_VERSION if gpu is not None else CPU_SCHEMA_VERSION,
             "tecomp_version": __version__,
             "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds"),
-            "library": library.name,
-            "header": header.name,
-            "sha256": sha,
-            "target": {"string": str(target), "triple": target.triple, "cpu": target.cpu,
-                       "features": target.features, "required_features": required},
-            "debug": debug,
-            "openmp": uses_openmp,
-            "link": link,
+            "library": None, "header": header.name, "sha256": None, "target": None,
+            "debug": False, "openmp": False, "link": None,
             "error_codes": _error_codes(),
-            "oob_record": oob_record,
-            "debug_buffers": list(debug_buffers),
+            "oob_record": None, "debug_buffers": [],
             "provenance": lib_prov,
-            "kernels": [{
+        }
+        entries: list[dict[str, Any]] = []
+        if cpu is not None:
+            assert obj is not None
+            obj_path = Path(tmp) / "kernels.o"
+            obj_path.write_bytes(obj)
+            so_tmp = Path(tmp) / library.name
+            link = _link(obj_path, so_tmp, library.name, cpu.target, cpu.uses_openmp, cpu.linker,
+                         cpu.libs)
+            written[library] = so_tmp
+            t = cpu.target
+            data.update({
+                "library": library.name,
+                "sha256": hashlib.sha256(so_tmp.read_bytes()).hexdigest(),
+                "target": {"string": str(t), "triple": t.triple, "cpu": t.cpu,
+                           "features": t.features, "required_features": required},
+                "debug": cpu.debug, "openmp": cpu.uses_openmp, "link": link,
+                "oob_record": cpu.oob_record, "debug_buffers": list(cpu.debug_buffers),
+            })
+            entries += [{
                 "name": k.name,
+                "kind": "llvm",
                 "params": [p.to_json() for p in k.params],
                 "dims": list(k.dims),
                 "check_overlap": k.check_overlap,
                 "c_prototype": c_prototype(k),
                 "provenance": per_kernel[k.name],
-            } for k in kernels],
-        }
+            } for k in cpu.kernels]
+        if cuda is not None:
+            for name, blob in cuda.files.items():
+                (Path(tmp) / name).write_bytes(blob)
+                written[base.with_name(name)] = Path(tmp) / name
+            data["cuda"] = cuda.section
+            entries += [{**e, "provenance": per_kernel[e["name"]]} for e in cuda.entries]
+        data["kernels"] = entries
+        text = render_header(cpu.kernels if cpu else [], library.name if cpu else None,
+                             header.stem, cpu.target if cpu else None,
+                             cpu.debug if cpu else False, cpu.oob_record if cpu else None,
+                             cpu.debug_buffers if cpu else (), __version__,
+                             cuda.entries if cuda else (), cuda.section if cuda else None)
         (Path(tmp) / header.name).write_text(text, encoding="utf-8")
         (Path(tmp) / manifest.name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        # library first, manifest last: a reader in between sees new code with the old
+        written[header] = Path(tmp) / header.name
+        written[manifest] = Path(tmp) / manifest.name
+        # code first, manifest last: a reader in between sees new code with the old
         # manifest, a sha256 mismatch (a clear error), never code under the wrong description
-        os.replace(so_tmp, library)
-        os.replace(Path(tmp) / header.name, header)
-        os.replace(Path(tmp) / manifest.name, manifest)
-    return LibraryFiles(library, header, manifest)
+        for final, temp in written.items():
+            os.replace(temp, final)
+    ptx = base.with_name(cuda.section["ptx"]["file"]) if cuda else None
+    cubins = {c["arch"]: base.with_name(c["file"]) for c in cuda.section["cubins"]} if cuda else {}
+    return LibraryFiles(library if cpu is not None else (ptx or library), header, manifest,
+                        ptx, cubins)
+
+
+# cuda code -----------------------------------------------------------------------------------
+
+DEFAULT_CUBIN_ARCHS = ("sm_80", "sm_90")
+
+
+@dataclass(frozen=True)
+class _CudaCode:
+    """The GPU part of a library: files (name -> bytes), the manifest's ``"cuda"`` section
+    and one manifest entry per cuda function (without provenance)."""
+
+    files: dict[str, bytes]
+    section: dict[str, Any]
+    entries: list[dict[str, Any]]
+
+
+def _arch_key(arch: str) -> tuple[int, int, bool]:
+    m = re.fullmatch(r"sm_(\d+)(\d)(a?)", arch)
+    if m is None:
+        raise TecompError(f"{arch!r} is not a GPU arch (sm_XY)")
+    return int(m.group(1)), int(m.group(2)), bool(m.group(3))
+
+
+def cubin_archs_for(target_arch: str, wanted: Sequence[str] | None = None) -> list[str]:
+    """The archs of the cubins to build from PTX for ``target_arch``: ``wanted`` (default:
+    the target's own, sm_80 and sm_90) where that PTX can be assembled for them (not an
+    older arch; an ``sm_XYa`` target only for itself)."""
+    tgt = _arch_key(target_arch)
+    out: list[str] = []
+    for arch in [target_arch, *(DEFAULT_CUBIN_ARCHS if wanted is None else wanted)]:
+        k = _arch_key(arch)
+        if arch in out or (k[0], k[1]) < (tgt[0], tgt[1]):
+            continue
+        if (tgt[2] or k[2]) and arch != target_arch:
+            continue
+        out.append(arch)
+    return out if wanted is None else [a for a in out if a in wanted]
+
+
+def _ptx_header(ptx: str) -> dict[str, Any]:
+    def field(rx: str) -> str | None:
+        m = re.search(rx, ptx, re.MULTILINE)
+        return m.group(1) if m else None
+    size = field(r"^\s*\.address_size\s+(\d+)")
+    return {"isa_version": field(r"^\s*\.version\s+(\d+\.\d+)"),
+            "target": field(r"^\s*\.target\s+(\w+)"),
+            "address_size": int(size) if size else None}
+
+
+def _static_shared_bytes(func: PrimFunc) -> int:
+    """Shared memory ``func`` declares, by the NVPTX codegen's rule (each array padded to 16
+    bytes): known without ptxas, unlike its report."""
+    from ..ir.functor import StmtVisitor
+
+    class Shared(StmtVisitor):
+        total = 0
+
+        def visit_Allocate(self, s: S.Allocate) -> None:
+            if s.buffer.scope == "shared":
+                n = math.prod(int(getattr(d, "value", 1)) for d in s.buffer.shape)
+                nbytes = max(n, 1) * dt.itemsize(s.buffer.dtype)
+                self.total += -(-nbytes // 16) * 16
+            super().visit_Allocate(s)
+
+    v = Shared()
+    v.visit_stmt(func.body)
+    return v.total
+
+
+def _extent_json(v: int | str) -> int | str:
+    return int(v) if isinstance(v, int) else str(v)
+
+
+def _cuda_code(art: Artifact, stem: str, cubin_archs: Sequence[str] | None) -> _CudaCode:
+    from ..codegen import ptxas
+    from .cuda import LAUNCH_TAGS
+
+    if art.binary is None:
+        raise TecompError("a cuda library is written from a compiled artifact (Backend.compile)")
+    ptx = art.binary.decode()
+    arch = art.target.cpu
+    files = {f"{stem}.ptx": art.binary}
+    cubins: list[dict[str, Any]] = []
+    skipped = None
+    archs = cubin_archs_for(arch, cubin_archs)
+    if ptxas.find_ptxas() is None:
+        skipped = "ptxas (CUDA toolkit) was not found at export: the library holds PTX only"
+        archs = []
+    version = ptxas.ptxas_version() if archs else None
+    for a in archs:
+        blob, report = ptxas.compile_cubin_report(ptx, a)
+        name = f"{stem}.{a}.cubin"
+        files[name] = blob
+        cubins.append({
+            "arch": a, "file": name, "sha256": hashlib.sha256(blob).hexdigest(),
+            "ptxas_version": version,
+            "resources": {k: {"registers": r.registers, "shared_bytes": r.shared_bytes,
+                              "spill_stores": r.spill_stores, "spill_loads": r.spill_loads,
+                              "stack_frame": r.stack_frame} for k, r in report.items()},
+        })
+    section = {
+        "target": str(art.target), "arch": arch,
+        "ptx": {"file": f"{stem}.ptx", "sha256": hashlib.sha256(art.binary).hexdigest(),
+                **_ptx_header(ptx)},
+        "cubins": cubins, "cubins_skipped": skipped,
+    }
+    entries = []
+    from .gpu_module import launch_plan
+
+    for fn_spec, func in zip(art.kernels, art.funcs, strict=True):
+        plan = launch_plan(func, fn_spec)  # what a built function launches, exactly
+        by_name = {k.name: k for k in (func.attrs.get("kernels") or [func])}
+        launches = []
+        for k in plan.kernels:
+            ext = [_extent_json(k.launch.get(t, 1)) for t in LAUNCH_TAGS]
+            launches.append({
+                "kernel": k.spec.name,
+                "params": [p.to_json() for p in k.spec.params],
+                "dims": list(k.spec.dims),
+                "args": list(k.args), "dim_args": list(k.dims),
+                "grid": ext[:3], "block": ext[3:],
+                "shared_bytes": _static_shared_bytes(by_name[k.spec.name]),
+                "dynamic_shared_bytes": k.shared_mem,
+            })
+        entries.append({
+            "name": fn_spec.name, "kind": "cuda",
+            "params": [p.to_json() for p in fn_spec.params],
+            "dims": list(fn_spec.dims),
+            "check_overlap": fn_spec.check_overlap,
+            "launches": launches,
+            "intermediates": [p.to_json() for p in plan.intermediates],
+        })
+    return _CudaCode(files, section, entries)
+
+
 
 
 # provenance ----------------------------------------------------------------------------------
@@ -377,19 +641,26 @@ def _kernel_comment(k: KernelSpec) -> list[str]:
     return [*lines, " */"]
 
 
-def render_header(kernels: Sequence[KernelSpec], library: str, stem: str, target: Target,
-                  debug: bool, oob_record: str | None, debug_buffers: Sequence[str],
-                  version: str) -> str:
-    """The C header of a library: one prototype per kernel, shapes and dtypes in comments."""
+def render_header(kernels: Sequence[KernelSpec], library: str | None, stem: str,
+                  target: Target | None, debug: bool, oob_record: str | None,
+                  debug_buffers: Sequence[str], version: str,
+                  cuda_entries: Sequence[Mapping[str, Any]] = (),
+                  cuda: Mapping[str, Any] | None = None) -> str:
+    """The C header of a library: one prototype per CPU kernel, shapes and dtypes in comments;
+    cuda functions (``cuda_entries``, manifest entries) are described in comments only."""
     guard = "TECOMP_" + re.sub(r"\W", "_", stem, flags=re.ASCII).upper() + "_H"
     codes = _error_codes()
+    if target is not None:
+        head = [f"/* {stem}.h: kernels of {library}, generated by tecomp {version}.",
+                f" * Target: {target.triple}, cpu {target.cpu or 'generic'}"
+                + (" (debug build: bounds-checked)" if debug else "") + ".",
+                " * Arrays are dense and C-contiguous (row-major) with exactly the shapes listed; the",
+                " * kernels do not check shapes or dims (the Python loader does). Link with "
+                f"-l:{library}. */"]
+    else:
+        head = [f"/* {stem}.h: cuda kernels of {stem}, generated by tecomp {version}. */"]
     lines = [
-        f"/* {stem}.h: kernels of {library}, generated by tecomp {version}.",
-        f" * Target: {target.triple}, cpu {target.cpu or 'generic'}"
-        + (" (debug build: bounds-checked)" if debug else "") + ".",
-        " * Arrays are dense and C-contiguous (row-major) with exactly the shapes listed; the",
-        " * kernels do not check shapes or dims (the Python loader does). Link with -l:"
-        + library + ". */",
+        *head,
         f"#ifndef {guard}",
         f"#define {guard}",
         "",
@@ -400,11 +671,16 @@ def render_header(kernels: Sequence[KernelSpec], library: str, stem: str, target
         'extern "C" {',
         "#endif",
         "",
-        "#ifndef TECOMP_OK",
-        *(f"#define TECOMP_{'OK' if c == 'OK' else 'ERR_' + c} {v}" for c, v in codes.items()),
-        "#endif",
-        "",
     ]
+    if target is not None:
+        lines += [
+            "#ifndef TECOMP_OK",
+            *(f"#define TECOMP_{'OK' if c == 'OK' else 'ERR_' + c} {v}" for c, v in codes.items()),
+            "#endif",
+            "",
+        ]
+    if cuda is not None:
+        lines += _cuda_comment(cuda_entries, cuda)
     if oob_record is not None:
         ids = ", ".join(f"{i} {n}" for i, n in enumerate(debug_buffers))
         lines += [
@@ -429,5 +705,35 @@ def render_header(kernels: Sequence[KernelSpec], library: str, stem: str, target
     return "\n".join(lines)
 
 
-__all__ = ["KernelSpec", "LibraryFiles", "build_library", "c_prototype", "export_module",
-           "render_header", "required_features", "write_library"]
+def _cuda_comment(entries: Sequence[Mapping[str, Any]], cuda: Mapping[str, Any]) -> list[str]:
+    """Comments for a C host launching the cuda functions through the driver API."""
+    images = [cuda["ptx"]["file"], *(c["file"] for c in cuda["cubins"])]
+    lines = [f"/* cuda functions ({cuda['target']}; PTX ISA {cuda['ptx']['isa_version']}), in "
+             f"{', '.join(images)}:",
+             " * cuModuleLoadData the cubin of the device's arch (else the PTX), then per function",
+             " * cuLaunchKernel each kernel in order with kernelParams = device pointers of the",
+             " * listed buffers, then the int64 dims; no dynamic shared memory unless listed."]
+    for e in entries:
+        sig = ", ".join(f"{p['dtype']}{_shape_text(p['shape'])} {p['name']}"
+                        + (" (out)" if p["output"] else "") for p in e["params"])
+        lines.append(f" * {e['name']}({sig}):")
+        if e["intermediates"]:
+            lines.append(" *   intermediates (device memory per call): " + ", ".join(
+                f"{p['dtype']}{_shape_text(p['shape'])} {p['name']}" for p in e["intermediates"]))
+        slots = [p["name"] for p in e["params"]] + [p["name"] for p in e["intermediates"]]
+        for k in e["launches"]:
+            args = [slots[i] for i in k["args"]] + [e["dims"][i] for i in k["dim_args"]]
+            lines.append(f" *   {k['kernel']}({', '.join(args)}) grid {_dim3_text(k['grid'])} "
+                         f"block {_dim3_text(k['block'])}, {k['shared_bytes']} B static shared"
+                         + (f", {k['dynamic_shared_bytes']} B dynamic" if k["dynamic_shared_bytes"]
+                            else ""))
+    return [*lines, " */", ""]
+
+
+def _dim3_text(v: Sequence[int | str]) -> str:
+    return "(" + ", ".join(str(x) for x in v) + ")"
+
+
+__all__ = ["DEFAULT_CUBIN_ARCHS", "KernelSpec", "LibraryFiles", "build_library", "c_prototype",
+           "cubin_archs_for", "export_module", "export_modules", "render_header",
+           "required_features", "write_cuda_library", "write_library"]

@@ -25,12 +25,14 @@ import numpy as np
 
 from ..errors import TecompError
 from ..ir import dtype as dt
+from ..ir.expr import IntImm
 from ..ir.stmt import PrimFunc
 from .args import ArgChecker, KernelSpec
 from .cpu import BenchmarkResult, KernelSet
 
 if TYPE_CHECKING:
     from ..codegen.backend import Artifact
+    from .cuda import LaunchPlan
 
 
 def _emulating() -> bool:
@@ -47,6 +49,7 @@ class GpuFunction:
         self.func = func
         self.checker = ArgChecker(spec.name, spec.params, spec.dims, spec.check_overlap)
         self._kernel: Any = None
+        self._plan: LaunchPlan | None = None
         self._resources: Any = None
         self.resources_why = ""
 
@@ -92,29 +95,16 @@ class GpuFunction:
         for k in self.kernels:
             emulate(k, *[by_data[b.data] for b in k.params], seed=seed, race_check=race_check)
 
+    @property
+    def plan(self) -> LaunchPlan:
+        """The `tecomp.runtime.cuda.LaunchPlan` of this function (`launch_plan`)."""
+        if self._plan is None:
+            self._plan = launch_plan(self.func, self.spec)
+        return self._plan
+
     def _device_kernel(self) -> Any:
         if self._kernel is None:
-            from .args import KernelSpec
-            from .cuda import KernelSequence, launch_spec_of
-
-            mod = self.module.cuda_module()
-            if "kernels" not in self.func.attrs:
-                dims = dict(zip(self.func.dim_vars, self.spec.dims))
-                self._kernel = mod.kernel_for(self.spec, launch_spec_of(self.launch, dims))
-                return self._kernel
-            # the host signature only checks arguments; each kernel is launched as itself
-            host = mod.kernel(self.spec.name, self.spec.params, self.spec.dims, {},
-                              check_overlap=self.spec.check_overlap)
-            inter = list(self.func.attrs.get("intermediates") or ())
-            slot = {b.data: i for i, b in enumerate(list(self.func.params) + inter)}
-            steps = []
-            for k in self.kernels:
-                kspec = KernelSpec.of(k)
-                launch = launch_spec_of(k.attrs["launch"], dict(zip(k.dim_vars, kspec.dims)))
-                steps.append((mod.kernel_for(kspec, launch), [slot[b.data] for b in k.params],
-                              [self.func.dim_vars.index(v) for v in k.dim_vars]))
-            shapes = [(np.dtype(dt.to_numpy(b.dtype)).str, self._shape_fn(b)) for b in inter]
-            self._kernel = KernelSequence(host, steps, shapes)
+            self._kernel = self.plan.launcher(self.module.cuda_module())
         return self._kernel
 
     def _shape_fn(self, buf: Any) -> Any:
@@ -131,16 +121,11 @@ class GpuFunction:
         if _emulating():
             self.emulate(*arrays)
             return
-        from .cuda import CudaUnavailable, cuda_available
+        from .cuda import call_or_explain
 
-        kernel = self._device_kernel()
-        ok, why = cuda_available()
-        if not ok:
-            kernel.prepare(*arrays)  # wrong arguments are reported as such first
-            raise CudaUnavailable("no-gpu", f"cannot run cuda kernel {self.name}: {why}. Run it on the "
-                                  f"CPU with {self.name}.emulate(*numpy_arrays), or set "
-                                  "TECOMP_CUDA_EMULATE=1 to make every call emulate")
-        kernel(*arrays)
+        call_or_explain(self._device_kernel(), self.name, arrays,
+                        f"Run it on the CPU with {self.name}.emulate(*numpy_arrays), or set "
+                        "TECOMP_CUDA_EMULATE=1 to make every call emulate")
 
     def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0) -> Any:
         """Times device launches with CUDA events (`BenchmarkResult`); needs a GPU."""
@@ -183,6 +168,30 @@ class GpuFunction:
     def __repr__(self) -> str:
         sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.params)
         return f"<tecomp.GpuFunction {self.name}({sig}) {self.module.target}>"
+
+
+def launch_plan(func: PrimFunc, spec: KernelSpec | None = None) -> LaunchPlan:
+    """What a call of the cuda function ``func`` (a kernel, or a host function of several,
+    docs/gpu-ir.md) launches, as plain data: its kernels in order with their launch extents
+    over the argument dims and their arguments, and the intermediates (what a built function
+    runs and what an exported library's manifest records). ``spec``: ``KernelSpec.of(func)``."""
+    from .args import ParamSpec, _py_expr
+    from .cuda import KernelLaunch, LaunchPlan, launch_spec_of
+
+    spec = spec or KernelSpec.of(func)
+    inter = list(func.attrs.get("intermediates") or ())
+    slot = {b.data: i for i, b in enumerate(list(func.params) + inter)}
+    launches = []
+    for k in func.attrs.get("kernels") or [func]:
+        kspec = spec if k is func else KernelSpec.of(k)
+        launch = launch_spec_of(k.attrs.get("launch") or {}, dict(zip(k.dim_vars, kspec.dims)))
+        launches.append(KernelLaunch(kspec, launch, tuple(slot[b.data] for b in k.params),
+                                     tuple(func.dim_vars.index(v) for v in k.dim_vars)))
+    names = dict(zip(func.dim_vars, spec.dims))
+    return LaunchPlan(spec, tuple(launches), tuple(
+        ParamSpec(b.name, dt.element(b.dtype), tuple(
+            s.value if isinstance(s, IntImm) else _py_expr(s, names) for s in b.shape))
+        for b in inter))
 
 
 class GpuModule(KernelSet):
@@ -228,12 +237,14 @@ class GpuModule(KernelSet):
             self._entry(), fmt)
 
     def export_library(self, path: str | os.PathLike[str], **options: Any) -> Any:
-        from ..codegen.backend import backend_for
+        """Write the PTX, cubins (sm_80/sm_90 where ptxas is) and a manifest next to ``path``
+        (`tecomp.runtime.export.write_cuda_library`); ``tc.runtime.load_module`` loads them."""
+        from .export import export_modules
 
-        return backend_for(self.target).export(self.artifact, path, **options)
+        return export_modules([self], path, **options)
 
     def __repr__(self) -> str:
         return f"<tecomp.GpuModule [{', '.join(self._functions)}] target='{self.target}'>"
 
 
-__all__ = ["BenchmarkResult", "GpuFunction", "GpuModule"]
+__all__ = ["BenchmarkResult", "GpuFunction", "GpuModule", "launch_plan"]
