@@ -19,7 +19,16 @@ from . import te
 from .errors import CodegenError, LoweringError, ScheduleError, TecompError
 from .ir.expr import Expr, FloorDiv, FloorMod
 from .ir.expr import const as _const
-from .ir.expr import to_expr as _to_expr
+from .te.intrin import (  # TVM's index helpers, also at the top level (tvm.tir.* / tvm.te.*)
+    ceildiv,
+    div,
+    floordiv,
+    floormod,
+    indexdiv,
+    indexmod,
+    truncdiv,
+    truncmod,
+)
 
 __version__ = "0.1.0"
 
@@ -29,38 +38,29 @@ def const(value: Any, dtype: str | None = None) -> Expr:
     return _const(value, dtype)
 
 
-def indexdiv(a: Any, b: Any) -> Expr:
-    """Floor division of index expressions (``a // b`` with Python semantics)."""
-    return _to_expr(a) // b
-
-
-def indexmod(a: Any, b: Any) -> Expr:
-    """Floor modulo of index expressions (``a % b`` with Python semantics)."""
-    return _to_expr(a) % b
-
-
-floordiv = indexdiv
-floormod = indexmod
-
-
 def lower(sch: Any, args: Any, name: str = "main", simple_mode: bool = False,
-          target: Any = None) -> Any:
+          target: Any = None, binds: Any = None) -> Any:
     """The loop-nest IR of ``sch`` after the pass pipeline; ``str()`` of it reads as code.
 
     ``target`` ("llvm" by default; "cuda -arch=sm_80" for a GPU kernel) decides what thread
-    bindings and storage scopes mean and which passes run.
+    bindings and storage scopes mean and which passes run. ``simple_mode=True`` (as in TVM
+    0.19) skips loop partitioning: each nest once, with its tails guarded by ``if``.
     """
     from .lowering import lower as _lower
 
-    return _lower(sch, args, name=name, target=target)
+    if simple_mode:  # TVM's simple_mode: every pass but loop partitioning (see simple_pipeline)
+        from .build_module import simple_pipeline
+
+        return simple_pipeline(_lower(sch, args, name=name, target=target, binds=binds, passes=False))
+    return _lower(sch, args, name=name, target=target, binds=binds)
 
 
 def build(sch: Any, args: Any = None, target: Any = "llvm", name: str = "main",
-          debug: bool = False) -> Any:
+          debug: bool = False, binds: Any = None) -> Any:
     """Compile to a callable Module (see tecomp.build_module.build)."""
     from .build_module import build as _build
 
-    return _build(sch, args, target=target, name=name, debug=debug)
+    return _build(sch, args, target=target, name=name, debug=debug, binds=binds)
 
 
 def load_extern_library(path: str) -> None:
@@ -81,6 +81,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CodegenError", "Expr", "FloorDiv", "FloorMod", "LoweringError", "ScheduleError",
-    "TecompError", "build", "const", "load_extern_library", "floordiv", "floormod", "indexdiv", "indexmod", "lower",
-    "te",
+    "TecompError", "build", "ceildiv", "const", "div", "floordiv", "floormod", "indexdiv",
+    "indexmod", "load_extern_library", "lower", "te", "truncdiv", "truncmod",
 ]

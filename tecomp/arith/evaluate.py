@@ -113,8 +113,25 @@ _FLOAT_OPS: dict[type[BinaryOp], Callable[[np.floating, np.floating], np.floatin
 }
 
 
+class InexactHalfFold(OverflowError):
+    """A float16/bfloat16 operation whose float32 result is not a 16-bit value.
+
+    16-bit floats are computed in float32 and rounded only when stored or cast
+    (tecomp/ir/dtype.py), but an immediate of a 16-bit dtype holds a 16-bit value: such a
+    result has no immediate that keeps it, so the simplifier (which skips folds that raise
+    OverflowError) leaves the operation to run time.
+    """
+
+
 def binary(op: type[BinaryOp], a: Scalar, b: Scalar, dtype: str) -> Scalar:
-    """``a op b`` in ``dtype`` (scalar operands)."""
+    """``a op b`` in ``dtype`` (scalar operands); 16-bit floats compute in float32 and raise
+    `InexactHalfFold` when the result is not exact in 16 bits."""
+    if dt.is_half(dtype):
+        with np.errstate(all="ignore"):
+            r = float(_FLOAT_OPS[op](np.float32(a), np.float32(b)))  # type: ignore[arg-type]
+        if r == r and float(dt.round_to(np.float32(r), dtype)) != r:
+            raise InexactHalfFold(f"{a} {op.__name__} {b} in {dtype}")
+        return r
     if dt.is_float(dtype):
         t = dt.to_numpy(dtype).type
         with np.errstate(all="ignore"):
@@ -157,6 +174,8 @@ def cast(v: Scalar, dtype: str) -> Scalar:
     int -> int wraps, anything -> bool is ``!= 0``."""
     if dt.is_bool(dtype):
         return bool(v != 0)
+    if dt.is_half(dtype):  # one correct rounding (ints and floats alike are exact as float64)
+        return float(dt.round_to(np.float64(v), dtype))
     if dt.is_float(dtype):
         return float(dt.to_numpy(dtype).type(v))
     if isinstance(v, float):
@@ -181,6 +200,8 @@ def evaluate(e: Expr, env: Mapping[Var, Scalar]) -> Value:
         return bool(e.value) if dt.is_bool(e.dtype) else e.value
     if isinstance(e, FloatImm):
         with np.errstate(over="ignore"):  # 1e10 as float16 is inf
+            if dt.is_half(e.dtype):
+                return float(dt.round_to(np.float64(e.value), e.dtype))
             return float(dt.to_numpy(e.dtype).type(e.value))
     if isinstance(e, Var):
         if e not in env:
@@ -222,4 +243,4 @@ def evaluate(e: Expr, env: Mapping[Var, Scalar]) -> Value:
     raise TecompError(f"evaluate: cannot evaluate {type(e).__name__} ({e})")
 
 
-__all__ = ["binary", "cast", "compare", "evaluate", "float_to_int", "trunc_div", "wrap_int"]
+__all__ = ["InexactHalfFold", "binary", "cast", "compare", "evaluate", "float_to_int", "trunc_div", "wrap_int"]

@@ -25,7 +25,7 @@ from llvmlite import ir
 
 from ..errors import CodegenError, TecompError
 from ..ir import dtype as dt
-from .llvm_common import call_intrinsic, call_per_lane, cast, const, emit_math_call
+from .llvm_common import call_intrinsic, call_per_lane, cast, const, declare, emit_math_call
 
 LIBDEVICE_FILE = "libdevice.10.bc"
 
@@ -41,13 +41,13 @@ _LIBDEVICE = {
     name: name for name in (
         "exp", "exp2", "exp10", "log", "log2", "log10", "sin", "cos", "tan", "asin", "acos",
         "atan", "sinh", "cosh", "tanh", "pow", "atan2", "erf", "log1p", "expm1", "fmod",
-        "asinh", "acosh", "atanh", "cbrt", "hypot",
+        "asinh", "acosh", "atanh", "cbrt", "hypot", "nextafter",
     )
 }
 _LIBDEVICE["power"] = "pow"
 
 GPU_FLOAT_MATH: frozenset[str] = frozenset(
-    set(_NATIVE) | set(_LIBDEVICE) | {"sigmoid", "rsqrt", "isnan", "isinf", "isfinite"})
+    set(_NATIVE) | set(_LIBDEVICE) | {"sigmoid", "rsqrt", "isnan", "isinf", "isfinite", "ldexp"})
 
 
 # finding libdevice -------------------------------------------------------------------------
@@ -171,11 +171,26 @@ def _libdevice_call(b: ir.IRBuilder, stem: str, args: list[ir.Value], el: str) -
     return call_per_lane(b, f"__nv_{stem}" + ("f" if el == "float32" else ""), args, el)
 
 
+def _ldexp(b: ir.IRBuilder, x: ir.Value, n: ir.Value, el: str) -> ir.Value:
+    sty = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+    sym = "__nv_ldexp" + ("f" if el == "float32" else "")
+    fn = declare(b.module, sym, ir.FunctionType(sty, [sty, ir.IntType(32)]))
+    if not isinstance(x.type, ir.VectorType):
+        return b.call(fn, [x, n])
+    out: ir.Value = ir.Constant(x.type, ir.Undefined)
+    for i in range(x.type.count):
+        lane = ir.Constant(ir.IntType(32), i)
+        out = b.insert_element(out, b.call(fn, [b.extract_element(x, lane),
+                                                 b.extract_element(n, lane)]), lane)
+    return out
+
+
 def _float_math(b: ir.IRBuilder, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
     el = dt.element(dtype)
     if el == "float16":  # libdevice has float and double functions; compute in float32
         f32 = dt.with_lanes("float32", dt.lanes(dtype))
-        wide = [cast(b, a, dtype, f32) for a in args]
+        wide = [cast(b, a, dtype, f32) if i == 0 or name != "ldexp" else a  # ldexp's n: i32
+                for i, a in enumerate(args)]
         return cast(b, _float_math(b, name, wide, f32), f32, dtype)
     if name == "isnan":
         return b.fcmp_unordered("uno", args[0], args[0])
@@ -191,6 +206,9 @@ def _float_math(b: ir.IRBuilder, name: str, args: list[ir.Value], dtype: str) ->
         one = const(dtype, 1.0)
         e = _libdevice_call(b, "exp", [b.fneg(args[0])], el)
         return b.fdiv(one, b.fadd(one, e))
+    if name == "ldexp":  # __nv_ldexp[f](x, int n): the only mixed signature
+        require_libdevice("ldexp() on the GPU")
+        return _ldexp(b, args[0], args[1], el)
     stem = _LIBDEVICE.get(name)
     if stem is None:
         raise CodegenError(f"math function {name!r} is not available on the GPU for {dtype}")

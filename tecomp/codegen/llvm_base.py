@@ -45,12 +45,15 @@ from .llvm_common import (
     declare,
     llvm_type,
     opaque,
+    set_half_conversions,
     splat,
 )
 from .memory import BufBinding, MemoryMixin
 from .target import Target
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Pure intrinsics beyond llvm_common.MATH_NAMES; each backend's `math_call` emits them.
+EXTRA_MATH = frozenset({"nextafter", "ldexp"})
 
 
 class ErrorCode(enum.IntEnum):
@@ -87,6 +90,7 @@ class CodegenLLVM(MemoryMixin):
         self.module = ir.Module(name=module_name)
         self.module.triple = target.triple
         self.module.data_layout = self.data_layout()
+        set_half_conversions(self.module, *target.half_conversions)
         self.debug_buffers: list[str] = []
         self.oob_record_name = "__tecomp_oob_" + re.sub(r"\W", "_", module_name)
         self._st: FnState | None = None
@@ -198,12 +202,16 @@ class CodegenLLVM(MemoryMixin):
                 arg.add_attribute("noalias")
 
     def bind_params(self, func: S.PrimFunc, fn: ir.Function) -> None:
-        """Bind ``dim_vars`` to the trailing i64 arguments and buffers to the leading ones."""
+        """Bind buffers to the leading arguments, ``dim_vars`` to the i64 ones after them and
+        scalar parameters (`c_scalar_params`) to the trailing ones, each of its own type."""
         st = self.st
-        nb = len(func.params)
-        for v, arg in zip(func.dim_vars, fn.args[nb:], strict=True):
+        nb, nd = len(func.params), len(func.dim_vars)
+        for v, arg in zip(func.dim_vars, fn.args[nb:nb + nd], strict=True):
             arg.name = v.name
             st.vars[v] = arg if v.dtype == "int64" else cast(st.builder, arg, "int64", v.dtype)
+        for v, arg in zip(c_scalar_params(func), fn.args[nb + nd:], strict=True):
+            arg.name = v.name
+            st.vars[v] = arg
         for arg, buf in zip(fn.args, func.params, strict=False):
             size = self.buffer_extent(buf) if self.debug else None
             self.bind_buffer(buf, arg, size)
@@ -611,7 +619,7 @@ class CodegenLLVM(MemoryMixin):
         special = self.target_call(e)
         if special is not None:
             return special
-        if e.name not in MATH_NAMES:
+        if e.name not in MATH_NAMES and e.name not in EXTRA_MATH:
             raise CodegenError(f"unknown intrinsic {e.name!r} in {e}; use extern=True for C symbols")
         lanes = max(dt.lanes(a.dtype) for a in e.args) if e.args else 1
         args, dtypes = [], []
@@ -621,7 +629,23 @@ class CodegenLLVM(MemoryMixin):
                 v = splat(self.b, v, lanes)
             args.append(v)
             dtypes.append(dt.with_lanes(a.dtype, lanes))
-        return self.math_call(e.name, args, dtypes, e.dtype)
+        if e.name in ("shift_left", "shift_right") and dt.is_int(dtypes[0]):
+            # The amount is taken modulo the width (tecomp/arith/intrin_eval.py): LLVM makes a
+            # shift by >= bits poison, and x86 and PTX disagree on what it gives.
+            args[1] = self.b.and_(args[1], const(dtypes[1], dt.bits(dtypes[1]) - 1))
+        r = self.math_call(e.name, args, dtypes, e.dtype)
+        if e.name == "clz" and dtypes[0] != dt.with_lanes(e.dtype, lanes):  # ctlz: operand's width
+            r = cast(self.b, r, dtypes[0], dt.with_lanes(e.dtype, lanes))
+        return r
+
+
+def c_scalar_params(func: S.PrimFunc) -> list[E.Var]:
+    """The scalar parameters (``te.var`` arguments) that are C arguments of ``func``, in
+    argument order: those that are not also a symbolic dim (a dim travels as an int64 dim
+    argument; the runtime checks that an explicit value agrees with the shapes)."""
+    dims = func.dim_vars
+    return [v for _, v in func.attrs.get("scalar_params", ())
+            if not any(v is d for d in dims)]
 
 
 def const_int(e: E.Expr) -> int | None:

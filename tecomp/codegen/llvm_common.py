@@ -21,8 +21,12 @@ I64 = ir.IntType(64)
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 
+I16 = ir.IntType(16)
+F32 = ir.FloatType()
+
+# 16-bit floats are float in registers (computed in float32) and their i16 bits in memory.
 _SCALAR: dict[str, ir.Type] = {
-    "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
+    "float16": F32, "bfloat16": F32, "float32": F32, "float64": ir.DoubleType(),
     "int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64,
     "uint8": I8, "uint16": ir.IntType(16), "uint32": I32, "uint64": I64,
     "bool": I1, "handle": PTR, "void": VOID,
@@ -30,10 +34,14 @@ _SCALAR: dict[str, ir.Type] = {
 
 
 def llvm_type(dtype: str, memory: bool = False) -> ir.Type:
-    """LLVM type of ``dtype``; bool is i1 in registers but i8 in ``memory`` (numpy layout)."""
+    """LLVM type of ``dtype``; bool is i1 in registers but i8 in ``memory`` (numpy layout);
+    float16/bfloat16 are float in registers and their i16 bit patterns in ``memory``."""
     el = dt.element(dtype)
     try:
-        t = I8 if memory and el == "bool" else _SCALAR[el]
+        if memory and el in ("bool", "float16", "bfloat16"):
+            t = I8 if el == "bool" else I16
+        else:
+            t = _SCALAR[el]
     except KeyError:
         raise CodegenError(f"the LLVM backend does not support dtype {dtype!r}") from None
     n = dt.lanes(dtype)
@@ -100,8 +108,9 @@ def call_intrinsic(b: ir.IRBuilder, base: str, args: list[ir.Value],
 def const(dtype: str, value: int | float | bool) -> ir.Constant:
     """An LLVM constant of ``dtype`` (vectors are splats)."""
     el = dt.element(dtype)
-    if el == "float16":
-        value = float(np.float16(value))  # LLVM rejects half constants that are not exact
+    if dt.is_half(el):
+        # an immediate of a 16-bit type is a 16-bit value (folding keeps it so: evaluate.py)
+        value = float(dt.round_to(np.float64(value), el))
     elif dt.is_float(el):
         value = float(value)
     elif el == "bool":
@@ -133,6 +142,9 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     give its max, below it its min (0 for unsigned, so negative floats give 0), NaN gives 0.
     Plain ``fptosi``/``fptoui`` would be poison out of range, and x86 lowerings of that poison
     differ between AVX2 and AVX-512, so results would depend on the CPU.
+
+    16-bit floats are float32 in registers: a cast from one is a cast from float32, a cast
+    to one rounds once, to nearest even (`round_half`), and stays a float32 value.
     """
     sl, dl = dt.lanes(src), dt.lanes(dst)
     if sl == 1 and dl > 1:
@@ -140,6 +152,12 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     se, de = dt.element(src), dt.element(dst)
     if se == de:
         return v
+    if dt.is_half(de):
+        return round_half(b, v, src, de)
+    if dt.is_half(se):
+        se, src = "float32", dt.with_lanes("float32", sl)
+        if de == "float32":
+            return v
     ty = llvm_type(dst)
     if de == "bool":
         zero = const(src, 0)
@@ -159,6 +177,156 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     return b.zext(v, ty) if unsigned_src else b.sext(v, ty)
 
 
+# 16-bit floats -------------------------------------------------------------------------------
+# How conversions are emitted is a property of the target, recorded on the module by the
+# code generator (`set_half_conversions`): "hw" uses LLVM's fptrunc/fpext between float and
+# half/bfloat (x86 F16C: vcvtps2ph/vcvtph2ps, AVX512-FP16; NVPTX: cvt.rn.f16.f32,
+# cvt.rn.bf16.f32 on sm_80+), "soft" emits exact integer bit arithmetic that vectorises
+# (without F16C LLVM would call a libgcc helper per lane). Both round to nearest even and
+# give the same bits for every non-NaN input (NaNs stay NaN).
+
+
+def set_half_conversions(module: ir.Module, float16: str, bfloat16: str) -> None:
+    """Record how ``module`` converts float <-> float16 / bfloat16 ("hw" or "soft")."""
+    module.tecomp_half = {"float16": float16, "bfloat16": bfloat16}  # type: ignore[attr-defined]
+
+
+def _half_mode(b: ir.IRBuilder, el: str) -> str:
+    modes = getattr(b.module, "tecomp_half", None)
+    return "soft" if modes is None else modes[el]  # type: ignore[no-any-return]
+
+
+def _vty(t: ir.Type, n: int) -> ir.Type:
+    return ir.VectorType(t, n) if n > 1 else t
+
+
+def _ic(t: ir.Type, value: int) -> ir.Constant:
+    """An integer constant of (vector) type ``t``; ``value`` as unsigned or signed bits."""
+    w = (t.element if isinstance(t, ir.VectorType) else t).width
+    value &= (1 << w) - 1
+    value -= (value >> (w - 1)) << w  # LLVM's parser wants the signed form
+    if isinstance(t, ir.VectorType):
+        return ir.Constant(t, [ir.Constant(t.element, value)] * t.count)
+    return ir.Constant(t, value)
+
+
+def _lanes_of(v: ir.Value) -> int:
+    return v.type.count if isinstance(v.type, ir.VectorType) else 1
+
+
+def round_half(b: ir.IRBuilder, v: ir.Value, src: str, el: str) -> ir.Value:
+    """``v`` (of ``src``) rounded to the 16-bit float ``el``, as a float32 value.
+
+    Ints go through float64 (exact up to 32 bits) and float64 is first rounded to float32
+    *to odd* (`_f64_to_f32_odd`), which makes the second rounding exact: one correct
+    rounding overall, as `dtype.round_to` computes it.
+    """
+    n = dt.lanes(src)
+    se = dt.element(src)
+    if se == "bool":
+        return b.uitofp(v, _vty(F32, n))  # 0 and 1 are exact
+    if dt.is_int(se):
+        f64 = _vty(ir.DoubleType(), n)
+        v = b.uitofp(v, f64) if dt.is_uint(se) else b.sitofp(v, f64)
+        se = "float64"
+    if se == "float64":
+        v = _f64_to_f32_odd(b, v)
+    return half_to_f32(b, f32_to_half(b, v, el), el)
+
+
+def _f64_to_f32_odd(b: ir.IRBuilder, d: ir.Value) -> ir.Value:
+    n = _lanes_of(d)
+    i32, f32 = _vty(I32, n), _vty(F32, n)
+    r = b.fptrunc(d, f32)
+    u = b.bitcast(r, i32)
+    fin = b.fcmp_ordered("<", call_intrinsic(b, "fabs", [d]), _fc(d.type, math.inf))
+    past = b.fcmp_ordered(">", call_intrinsic(b, "fabs", [b.fpext(r, d.type)]),
+                          call_intrinsic(b, "fabs", [d]))
+    u = b.select(b.and_(fin, past), b.sub(u, _ic(i32, 1)), u)
+    inexact = b.and_(fin, b.fcmp_ordered("!=", b.fpext(b.bitcast(u, f32), d.type), d))
+    u = b.select(inexact, b.or_(u, _ic(i32, 1)), u)
+    return b.bitcast(u, f32)
+
+
+def _fc(t: ir.Type, value: float) -> ir.Constant:
+    if isinstance(t, ir.VectorType):
+        return ir.Constant(t, [ir.Constant(t.element, value)] * t.count)
+    return ir.Constant(t, value)
+
+
+def f32_to_half(b: ir.IRBuilder, v: ir.Value, el: str) -> ir.Value:
+    """float32 ``v`` -> the i16 bits of ``el`` (float16 or bfloat16), round to nearest even."""
+    n = _lanes_of(v)
+    i16, i32 = _vty(I16, n), _vty(I32, n)
+    if _half_mode(b, el) == "hw":
+        h = b.fptrunc(v, _vty(ir.HalfType() if el == "float16" else _BF16, n))
+        return b.bitcast(h, i16)
+    u = b.bitcast(v, i32)
+    if el == "bfloat16":
+        # RNE on the low 16 bits: add 0x7fff plus the kept lsb, then shift (a carry into the
+        # exponent is the correct rounding up, to inf past the max); NaN: quiet, keep sign.
+        lsb = b.and_(b.lshr(u, _ic(i32, 16)), _ic(i32, 1))
+        r = b.lshr(b.add(b.add(u, _ic(i32, 0x7FFF)), lsb), _ic(i32, 16))
+        nan = b.icmp_unsigned(">", b.and_(u, _ic(i32, 0x7FFFFFFF)), _ic(i32, 0x7F800000))
+        q = b.or_(b.lshr(u, _ic(i32, 16)), _ic(i32, 0x40))
+        return b.trunc(b.select(nan, q, r), i16)
+    # float16 (F. Giesen's float_to_half_fast3_rtne): normal results round the mantissa with
+    # integer adds; results below 2^-14 are denormal and are rounded by the FP adder itself
+    # (adding 0.5 aligns the value's bits to the f16 denormal grid, RNE); at or above 2^16
+    # the result is inf (values in [65520, 65536) carry into inf on the normal path).
+    sign = b.and_(u, _ic(i32, 0x80000000))
+    a = b.xor(u, sign)
+    over = b.icmp_unsigned(">=", a, _ic(i32, 0x47800000))
+    nan = b.icmp_unsigned(">", a, _ic(i32, 0x7F800000))
+    inf_or_nan = b.select(nan, b.or_(_ic(i32, 0x7E00), b.and_(b.lshr(a, _ic(i32, 13)),
+                                                                  _ic(i32, 0x3FF))),
+                          _ic(i32, 0x7C00))
+    magic = _fc(_vty(F32, n), 0.5)
+    den = b.sub(b.bitcast(b.fadd(b.bitcast(a, _vty(F32, n)), magic), i32), _ic(i32, 0x3F000000))
+    odd = b.and_(b.lshr(a, _ic(i32, 13)), _ic(i32, 1))
+    nrm = b.lshr(b.add(b.add(a, _ic(i32, ((15 - 127) << 23) + 0xFFF & 0xFFFFFFFF)), odd),
+                 _ic(i32, 13))
+    r = b.select(over, inf_or_nan,
+                 b.select(b.icmp_unsigned("<", a, _ic(i32, 0x38800000)), den, nrm))
+    return b.trunc(b.or_(r, b.lshr(sign, _ic(i32, 16))), i16)
+
+
+class BFloatType(ir.types._BaseFloatType):
+    """LLVM's ``bfloat`` (llvmlite has no such type); only converted to/from, never computed."""
+
+    null = "0.0"
+    intrinsic_name = "bf16"
+
+    def __str__(self) -> str:
+        return "bfloat"
+
+
+BFloatType._create_instance()
+_BF16 = BFloatType()
+
+
+def half_to_f32(b: ir.IRBuilder, h: ir.Value, el: str) -> ir.Value:
+    """The i16 bits ``h`` of ``el`` (float16 or bfloat16) -> float32 (exact)."""
+    n = _lanes_of(h)
+    i32, f32 = _vty(I32, n), _vty(F32, n)
+    if el == "bfloat16":  # the top half of a float32
+        return b.bitcast(b.shl(b.zext(h, i32), _ic(i32, 16)), f32)
+    if _half_mode(b, el) == "hw":
+        return b.fpext(b.bitcast(h, _vty(ir.HalfType(), n)), f32)
+    # float16 (F. Giesen's half_to_float): shift exponent and mantissa into place and
+    # rebias; inf/NaN get the float exponent; zero/denormals are renormalised by a subtract.
+    u = b.shl(b.and_(b.zext(h, i32), _ic(i32, 0x7FFF)), _ic(i32, 13))
+    e = b.and_(u, _ic(i32, 0x0F800000))
+    u = b.add(u, _ic(i32, (127 - 15) << 23))
+    infnan = b.add(u, _ic(i32, (128 - 16) << 23))
+    den = b.bitcast(b.fsub(b.bitcast(b.add(u, _ic(i32, 1 << 23)), f32), _fc(f32, 2.0 ** -14)),
+                    i32)
+    u = b.select(b.icmp_unsigned("==", e, _ic(i32, 0x0F800000)), infnan,
+                 b.select(b.icmp_unsigned("==", e, _ic(i32, 0)), den, u))
+    sign = b.shl(b.and_(b.zext(h, i32), _ic(i32, 0x8000)), _ic(i32, 16))
+    return b.bitcast(b.or_(u, sign), f32)
+
+
 def float_to_int_sat(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     """Float ``v`` (``src``) to integer ``dst``: truncate toward zero, clamp to ``dst``'s
     range, NaN -> 0 (the semantics of ``llvm.fpto[su]i.sat``).
@@ -173,9 +341,8 @@ def float_to_int_sat(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Val
     """
     se, de = dt.element(src), dt.element(dst)
     lanes = dt.lanes(src)
-    if se == "float16":  # exact; what LLVM does for half arithmetic without native FP16
+    if dt.is_half(se):  # a float32 value in registers
         se = "float32"
-        v = b.fpext(v, llvm_type(dt.with_lanes(se, lanes)))
     unsigned = dt.is_uint(de)
     ty = llvm_type(dt.with_lanes(de, lanes))
     if lanes == 1:
@@ -262,10 +429,8 @@ def call_per_lane(b: ir.IRBuilder, sym: str, args: list[ir.Value], el: str) -> i
 
 def _float_math(b: ir.IRBuilder, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
     el = dt.element(dtype)
-    if el == "float16":  # compute in float32: vecmath and libm only handle float/double
-        f32 = dt.with_lanes("float32", dt.lanes(dtype))
-        wide = [cast(b, a, dtype, f32) for a in args]
-        return cast(b, _float_math(b, name, wide, f32), f32, dtype)
+    if dt.is_half(el):  # 16-bit floats are float32 values in registers: float32's math
+        return _float_math(b, name, args, dt.compute_dtype(dtype))
     if name == "isnan":
         return b.fcmp_unordered("uno", args[0], args[0])
     if name in ("isinf", "isfinite"):
@@ -325,7 +490,13 @@ def emit_math_call(b: ir.IRBuilder, name: str, args: list[ir.Value], arg_dtypes:
     if name == "likely":
         return args[0]
     if name == "reinterpret":
-        return b.bitcast(args[0], llvm_type(ret_dtype))
+        src, n = dt.element(arg_dtypes[0]), dt.lanes(ret_dtype)
+        v = args[0]
+        if dt.is_half(src):  # its 16 bits: the value rounded (a no-op for a loaded value)
+            v = f32_to_half(b, v, src)
+        if dt.is_half(ret_dtype):
+            return half_to_f32(b, b.bitcast(v, _vty(I16, n)), dt.element(ret_dtype))
+        return b.bitcast(v, llvm_type(ret_dtype))
     dtype = arg_dtypes[0]
     if dt.is_float(dtype):
         return _float_math(b, name, args, dtype)
@@ -333,7 +504,8 @@ def emit_math_call(b: ir.IRBuilder, name: str, args: list[ir.Value], arg_dtypes:
 
 
 __all__ = [
-    "I1", "I32", "I64", "I8", "MATH_NAMES", "PTR", "VOID", "call_intrinsic", "cast", "const",
+    "F32", "I1", "I16", "I32", "I64", "I8", "f32_to_half", "half_to_f32", "round_half",
+    "set_half_conversions", "MATH_NAMES", "PTR", "VOID", "call_intrinsic", "cast", "const",
     "call_per_lane", "declare", "emit_math_call", "float_to_int_sat", "intrinsic", "llvm_type", "mangle", "opaque",
     "splat", "to_i64",
 ]

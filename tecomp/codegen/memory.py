@@ -31,6 +31,8 @@ from .llvm_common import (
     VOID,
     call_intrinsic,
     cast,
+    f32_to_half,
+    half_to_f32,
     llvm_type,
     opaque,
     splat,
@@ -175,6 +177,8 @@ class MemoryMixin:
                 v = b.load(ptr, typ=memel, align=align)
             if el == "bool":  # stored as bytes, computed as i1
                 v = b.icmp_unsigned("!=", v, ir.Constant(v.type, None))
+            elif dt.is_half(el):  # stored as 16 bits, computed as float32
+                v = half_to_f32(b, v, el)
             return v
 
         if not self.debug:
@@ -213,6 +217,8 @@ class MemoryMixin:
         b = self.b
         if el == "bool":
             value = b.zext(value, ir.VectorType(memel, lanes) if lanes > 1 else memel)
+        elif dt.is_half(el):  # the float32 value rounds to 16 bits here (and only here)
+            value = f32_to_half(b, value, el)
 
         def do() -> None:
             if contiguous:

@@ -143,6 +143,34 @@ class Target:
             return 256
         return 128
 
+    @property
+    def half_conversions(self) -> tuple[str, str]:
+        """How float32 <-> (float16, bfloat16) conversions are emitted: "hw" (LLVM's
+        fptrunc/fpext, which the backend selects to instructions) or "soft" (exact integer
+        bit arithmetic in IR, vectorised like any other code).
+
+        x86 converts float16 with F16C (vcvtph2ps/vcvtps2ph; AVX-512 FP16 has them too).
+        bfloat16 stays soft on x86: AVX512-BF16's vcvtneps2bf16 treats denormal inputs as zero,
+        so it would disagree with the exact conversion (and numpy/ml_dtypes) on them; the soft
+        conversion is a handful of integer vector ops. NVIDIA GPUs convert float16 in hardware
+        (cvt.rn.f16.f32), and bfloat16 from sm_80 (cvt.rn.bf16.f32).
+        """
+        if self.kind == "cuda":
+            return "hw", ("hw" if self.gpu.compute_capability >= (8, 0) else "soft")
+        return ("hw" if self.has_f16c else "soft"), "soft"
+
+    @property
+    def has_f16c(self) -> bool:
+        """Whether the CPU converts float16 <-> float32 in hardware (F16C or AVX512-FP16)."""
+        feats = self.features.split(",") if self.features else []
+        enabled = {f[1:] for f in feats if f.startswith("+")}
+        disabled = {f[1:] for f in feats if f.startswith("-")}
+        if enabled & {"f16c", "avx512fp16"}:
+            return True
+        named = self.cpu in _AVX2_CPUS | _AVX512_CPUS | {"ivybridge", "bdver1", "bdver2",
+                                                          "bdver3", "btver2"}
+        return named and "f16c" not in disabled and "avx" not in disabled
+
     def __str__(self) -> str:
         if self.kind == "cuda":
             return f"cuda -arch={self.cpu}"

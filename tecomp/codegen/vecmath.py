@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
-__all__ = ["SUPPORTED", "emit_math"]
+__all__ = ["SUPPORTED", "VIA_F64", "emit_ldexp", "emit_math", "emit_nextafter", "emit_via_f64"]
 
 _INF = math.inf
 _NAN = math.nan
@@ -596,3 +596,122 @@ def emit_math(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Valu
     if any(a.type != ty for a in args[1:]):
         raise TypeError(f"{name}: operands must share one type, got {[str(a.type) for a in args]}")
     return impl(_Emitter(builder, ty), *args)
+
+
+# ---- float16/float32 functions evaluated in float64 --------------------------------------
+# TVM's hyperbolic/exp10/hypot functions have no cheap float32 kernels here, but the float64
+# kernels above are accurate to ~1 ulp of float64, so evaluating the textbook formulas in
+# float64 and rounding once gives float32 results within ~0.5 ulp, in vector code (float64
+# vectors have half the lanes, still far faster than one libm call per lane). Every float32
+# value, its square and exp(|x|) for |x| < 89 are finite in float64, so nothing overflows early.
+def _exp10_wide(d: _Emitter, x: ir.Value) -> ir.Value:
+    """exp(x * ln10): x * ln10 is off by <= 2^-52 relative, i.e. ~1e-14 absolute for every
+    float32 x whose exp10 is finite, far below a float32 ulp."""
+    return _exp_impl(d, d.mul(x, d.c(math.log(10.0))))
+
+
+def _sinh_wide(d: _Emitter, x: ir.Value) -> ir.Value:
+    """sinh = (em + em / (em + 1)) / 2 with em = expm1(|x|): no cancellation near 0."""
+    ax = d.fabs(x)
+    em = _expm1(d, ax)
+    r = d.mul(d.c(0.5), d.add(em, d.div(em, d.add(em, d.c(1.0)))))
+    r = d.sel(d.cmp("==", em, d.c(_INF)), em, r)  # inf / inf would be NaN
+    return d.copysign(r, x)
+
+
+def _cosh_wide(d: _Emitter, x: ir.Value) -> ir.Value:
+    ex = _exp_impl(d, d.fabs(x))
+    return d.mul(d.c(0.5), d.add(ex, d.div(d.c(1.0), ex)))
+
+
+def _asinh_wide(d: _Emitter, x: ir.Value) -> ir.Value:
+    """asinh|x| = log1p(|x| + x^2 / (1 + sqrt(1 + x^2))) (no cancellation), sign restored."""
+    ax = d.fabs(x)
+    t = d.mul(ax, ax)
+    r = _log1p(d, d.add(ax, d.div(t, d.add(d.c(1.0), d.intr("sqrt", d.add(d.c(1.0), t))))))
+    r = d.sel(d.cmp("==", ax, d.c(_INF)), ax, r)
+    return d.copysign(r, x)
+
+
+def _acosh_wide(d: _Emitter, x: ir.Value) -> ir.Value:
+    """acosh(x) = log1p(t + sqrt(t (t + 2))) with t = x - 1 (exact): accurate near 1; x < 1
+    (and NaN) gives NaN (for x <= -1 the formula alone would not)."""
+    t = d.sub(x, d.c(1.0))
+    r = _log1p(d, d.add(t, d.intr("sqrt", d.mul(t, d.add(t, d.c(2.0))))))
+    return d.sel(d.cmp(">=", x, d.c(1.0)), r, d.c(_NAN))
+
+
+def _atanh_wide(d: _Emitter, x: ir.Value) -> ir.Value:
+    """atanh(x) = log1p(2x / (1 - x)) / 2: +-inf at +-1, NaN beyond, -0 kept."""
+    return d.mul(d.c(0.5), _log1p(d, d.div(d.add(x, x), d.sub(d.c(1.0), x))))
+
+
+def _hypot_wide(d: _Emitter, x: ir.Value, y: ir.Value) -> ir.Value:
+    """sqrt(x^2 + y^2) cannot overflow in float64 for float32 inputs; C's hypot is inf when
+    either operand is infinite, even if the other is NaN."""
+    r = d.intr("sqrt", d.add(d.mul(x, x), d.mul(y, y)))
+    inf = d.b.or_(d.cmp("==", d.fabs(x), d.c(_INF)), d.cmp("==", d.fabs(y), d.c(_INF)))
+    return d.sel(inf, d.c(_INF), r)
+
+
+VIA_F64: dict[str, tuple[int, _Impl]] = {
+    "exp10": (1, _exp10_wide), "sinh": (1, _sinh_wide), "cosh": (1, _cosh_wide),
+    "asinh": (1, _asinh_wide), "acosh": (1, _acosh_wide), "atanh": (1, _atanh_wide),
+    "hypot": (2, _hypot_wide),
+}
+
+
+def _f64_like(t: ir.Type) -> ir.Type:
+    return ir.VectorType(ir.DoubleType(), t.count) if isinstance(t, ir.VectorType) else ir.DoubleType()
+
+
+def emit_via_f64(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
+    """`name` (a key of `VIA_F64`) of half/float scalars or vectors, computed in float64 and
+    rounded once to the operands' type."""
+    arity, impl = VIA_F64[name]
+    if len(args) != arity:
+        raise ValueError(f"{name} takes {arity} operand(s), got {len(args)}")
+    ty = args[0].type
+    wide = _f64_like(ty)
+    d = _Emitter(builder, wide)
+    r = impl(d, *(builder.fpext(a, wide) for a in args))
+    return builder.fptrunc(r, ty)
+
+
+def emit_ldexp(builder: ir.IRBuilder, x: ir.Value, n: ir.Value) -> ir.Value:
+    """x * 2^n for half/float ``x`` and i32 ``n`` (same lane count), rounded once: the product
+    is exact in float64 once n is clamped to +-400 (beyond that every half/float result is
+    already 0 or inf), and the one rounding is the conversion back."""
+    ty = x.type
+    wide = _f64_like(ty)
+    d = _Emitter(builder, wide)
+    b = builder
+    lo, hi = ir.Constant(n.type, -400), ir.Constant(n.type, 400)
+    nc = b.select(b.icmp_signed("<", n, lo), lo, n)
+    nc = b.select(b.icmp_signed(">", nc, hi), hi, nc)
+    e = b.add(b.sext(nc, d.ity), d.ci(d.bias))
+    scale = d.from_bits(b.shl(e, d.ci(d.mant_bits)))  # 2^n, a normal float64
+    return b.fptrunc(d.mul(b.fpext(x, wide), scale), ty)
+
+
+def emit_nextafter(builder: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """C's nextafter(x, y) on the IEEE bits, for any float type and lane count: one step of
+    the integer representation away from or toward zero; +-0 steps to the smallest subnormal
+    with y's sign; x == y gives y (so nextafter(0, -0) is -0); a NaN operand gives NaN."""
+    b = builder
+    ty = x.type
+    elem = ty.element if isinstance(ty, ir.VectorType) else ty
+    width = {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(elem)]
+    ity: ir.Type = ir.IntType(width)
+    if isinstance(ty, ir.VectorType):
+        ity = ir.VectorType(ity, ty.count)
+    zero = ir.Constant(ty, 0.0)
+    bits = b.bitcast(x, ity)
+    away = b.icmp_unsigned("==", b.fcmp_ordered(">", y, x), b.fcmp_ordered(">", x, zero))
+    step = b.select(away, ir.Constant(ity, 1), ir.Constant(ity, -1))
+    r = b.bitcast(b.add(bits, step), ty)
+    tiny = b.bitcast(b.or_(b.and_(b.bitcast(y, ity), ir.Constant(ity, -(1 << (width - 1)))),
+                           ir.Constant(ity, 1)), ty)
+    r = b.select(b.fcmp_ordered("==", x, zero), tiny, r)
+    r = b.select(b.fcmp_ordered("==", x, y), y, r)
+    return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), r)

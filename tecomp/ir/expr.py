@@ -72,16 +72,39 @@ class Expr:
     def __neg__(self) -> Expr:
         return binop(Sub, const(0, self.dtype), self)
 
+    # bits: logical on bools, bitwise on integers (TVM's operators); floats are refused
     def __invert__(self) -> Expr:
-        if dt.is_bool(self.dtype):
-            return Not(self)
-        raise TecompError(f"~ is only defined on bool expressions, got {self.dtype}")
+        return bitwise_not(self)
 
     def __and__(self, o: ExprLike) -> Expr:
-        return And(as_bool(self), as_bool(to_expr(o)))
+        return bitwise("bitwise_and", self, o)
+
+    def __rand__(self, o: ExprLike) -> Expr:
+        return bitwise("bitwise_and", o, self)
 
     def __or__(self, o: ExprLike) -> Expr:
-        return Or(as_bool(self), as_bool(to_expr(o)))
+        return bitwise("bitwise_or", self, o)
+
+    def __ror__(self, o: ExprLike) -> Expr:
+        return bitwise("bitwise_or", o, self)
+
+    def __xor__(self, o: ExprLike) -> Expr:
+        return bitwise("bitwise_xor", self, o)
+
+    def __rxor__(self, o: ExprLike) -> Expr:
+        return bitwise("bitwise_xor", o, self)
+
+    def __lshift__(self, o: ExprLike) -> Expr:
+        return shift("shift_left", self, o)
+
+    def __rlshift__(self, o: ExprLike) -> Expr:
+        return shift("shift_left", o, self)
+
+    def __rshift__(self, o: ExprLike) -> Expr:
+        return shift("shift_right", self, o)
+
+    def __rrshift__(self, o: ExprLike) -> Expr:
+        return shift("shift_right", o, self)
 
     # comparisons build IR ----------------------------------------------------------------------
     def __lt__(self, o: ExprLike) -> Expr:
@@ -107,6 +130,10 @@ class Expr:
     def equal(self, o: ExprLike) -> Expr:
         """``self == o`` as an expression (TVM's spelling, e.g. ``tx.var.equal(0)``)."""
         return cmpop(EQ, self, o)
+
+    def same_as(self, o: object) -> bool:
+        """Whether ``o`` is this very node (TVM's reference equality, not structural)."""
+        return self is o
 
     def astype(self, dtype: str) -> Expr:
         """Cast to ``dtype`` (no-op when the dtype already matches)."""
@@ -473,6 +500,8 @@ def promote(a: Expr, b: Expr) -> tuple[Expr, Expr]:
         if a.dtype == b.dtype:
             return a, b
     target = a.dtype if _rank(a.dtype) >= _rank(b.dtype) else b.dtype
+    if dt.is_half(a.dtype) and dt.is_half(b.dtype):  # float16 with bfloat16: neither holds
+        target = dt.with_lanes("float32", dt.lanes(a.dtype))  # the other (as in ml_dtypes)
     return (a if a.dtype == target else Cast(target, a)), (b if b.dtype == target else Cast(target, b))
 
 
@@ -508,3 +537,86 @@ def const_value(e: Expr) -> int | float | None:
     if isinstance(e, (IntImm, FloatImm)):
         return e.value
     return None
+
+
+# bitwise operations ---------------------------------------------------------------------------
+# They are pure intrinsic Calls (named as TVM's builtins) on integers; on bools &, | and ^ are
+# the logical And, Or and !=, which every backend already handles without a Call.
+
+BITWISE_BINARY = ("bitwise_and", "bitwise_or", "bitwise_xor")
+SHIFTS = ("shift_left", "shift_right")
+
+
+def _int_operands(name: str, a: ExprLike, b: ExprLike, allow_bool: bool) -> tuple[Expr, Expr]:
+    ea = to_expr(a, b.dtype if isinstance(b, Expr) else None)
+    eb = to_expr(b, ea.dtype)
+    for e in (ea, eb):
+        if not (dt.is_int(e.dtype) or (allow_bool and dt.is_bool(e.dtype))):
+            kinds = "integer or bool" if allow_bool else "integer"
+            raise TypeError(f"{name} needs {kinds} operands, got {e} of type {e.dtype}")
+    return promote(ea, eb)
+
+
+def _fold_int(name: str, x: int, y: int, dtype: str) -> int:
+    bits = dt.bits(dtype)
+    mask = (1 << bits) - 1
+    if name == "bitwise_and":
+        r = x & y
+    elif name == "bitwise_or":
+        r = x | y
+    elif name == "bitwise_xor":
+        r = x ^ y
+    elif name == "shift_left":
+        r = x << y
+    else:
+        r = x >> y  # Python ints: arithmetic for negative (signed) values, logical otherwise
+    r &= mask
+    if not dt.is_uint(dtype) and r >> (bits - 1):
+        r -= 1 << bits
+    return r
+
+
+def bitwise(name: str, a: ExprLike, b: ExprLike) -> Expr:
+    """``bitwise_and``/``bitwise_or``/``bitwise_xor`` of ints (logical And/Or/!= on bools)."""
+    ea, eb = _int_operands(name, a, b, allow_bool=True)
+    if dt.is_bool(ea.dtype):
+        if name == "bitwise_and":
+            return And(ea, eb)
+        return Or(ea, eb) if name == "bitwise_or" else NE(ea, eb)
+    if isinstance(ea, IntImm) and isinstance(eb, IntImm):  # folded as TVM does
+        return IntImm(_fold_int(name, ea.value, eb.value, ea.dtype), ea.dtype)
+    return Call(ea.dtype, name, (ea, eb))
+
+
+def bitwise_not(a: ExprLike) -> Expr:
+    """``~a``: every bit flipped for ints, logical not for bools."""
+    e = to_expr(a)
+    if dt.is_bool(e.dtype):
+        return Not(e)
+    if not dt.is_int(e.dtype):
+        raise TypeError(f"bitwise_not (~) needs an integer or bool operand, got {e} of type "
+                        f"{e.dtype}")
+    if isinstance(e, IntImm):
+        return IntImm(_fold_int("bitwise_xor", e.value, -1, e.dtype), e.dtype)
+    return Call(e.dtype, "bitwise_not", (e,))
+
+
+def shift(name: str, a: ExprLike, b: ExprLike) -> Expr:
+    """``shift_left``/``shift_right`` of integers: arithmetic right shift for signed types,
+    logical for unsigned (as C and TVM). A constant amount must lie in [0, bits) (TVM's check);
+    a computed amount is taken modulo the bit width (x86's and Java's rule; C and TVM leave it
+    undefined, and LLVM would make it poison)."""
+    ea, eb = _int_operands(name, a, b, allow_bool=False)
+    bits = dt.bits(ea.dtype)
+    amount = eb.value if isinstance(eb, IntImm) else None
+    if isinstance(eb, Broadcast) and isinstance(eb.value, IntImm):
+        amount = eb.value.value
+    if amount is not None:
+        if not 0 <= amount < bits:
+            raise TecompError(f"{name} by {amount}: the shift amount must be in [0, {bits}) "
+                              f"for {ea.dtype}")
+        if amount == 0:
+            return ea
+        if isinstance(ea, IntImm):
+            return IntImm(_fold_int(name, ea.value, amount, ea.dtype), ea.dtype)
+    return Call(ea.dtype, name, (ea, eb))

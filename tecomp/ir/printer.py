@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from . import expr as E
@@ -16,6 +17,52 @@ _PREC = {
     E.Or: 1, E.And: 2, E.EQ: 3, E.NE: 3, E.LT: 4, E.LE: 4, E.GT: 4, E.GE: 4,
     E.Add: 5, E.Sub: 5, E.Mul: 6, E.Div: 6, E.FloorDiv: 6, E.FloorMod: 6,
 }
+
+
+class _Names:
+    """Display names of the variables bound while printing one statement or function.
+
+    Distinct variables may carry the same name (a stage computed at a consumer's loop ``i``
+    has its own axis ``i``); printed as is, the inner ``for i`` would shadow the outer one and
+    the text would not say which ``i`` an index uses. A variable bound while another of the
+    same name is in scope is printed with a suffix (``i_1``), as TVM's printer does. Names
+    depend only on the order of the statement, never on object ids, so printing the same IR
+    twice, or the IR of the same schedule lowered twice, gives the same text.
+    """
+
+    def __init__(self) -> None:
+        self.names: dict[E.Var, str] = {}
+        self.in_scope: dict[str, int] = {}  # display name -> how many bindings hold it
+
+    def bind(self, v: E.Var) -> str:
+        name = self.names.get(v)
+        if name is None:
+            name = v.name
+            k = 0
+            while self.in_scope.get(name):
+                k += 1
+                name = f"{v.name}_{k}"
+            self.names[v] = name
+        self.in_scope[name] = self.in_scope.get(name, 0) + 1
+        return name
+
+    def unbind(self, v: E.Var) -> None:
+        self.in_scope[self.names[v]] -= 1
+
+
+class _State(threading.local):
+    # per thread: expr_str also serves outside printing (simplify's keys, other threads)
+    names: _Names | None = None
+
+
+_STATE = _State()
+
+
+def _var_name(v: E.Var) -> str:
+    names = _STATE.names
+    if names is None:
+        return v.name
+    return names.names.get(v, v.name)
 
 
 def _p(e: E.Expr, outer: int, right: bool = False) -> str:
@@ -39,7 +86,7 @@ def expr_str(e: E.Expr) -> str:
     if t is E.StringImm:
         return repr(e.value)  # type: ignore[attr-defined]
     if isinstance(e, E.Var):
-        return e.name  # type: ignore[attr-defined]
+        return _var_name(e)
     if t in _BIN:
         prec = _PREC[t]
         return f"{_p(e.a, prec)} {_BIN[t]} {_p(e.b, prec, right=True)}"  # type: ignore[attr-defined]
@@ -55,7 +102,14 @@ def expr_str(e: E.Expr) -> str:
         args = ", ".join(expr_str(a) for a in e.args)  # type: ignore[attr-defined]
         return f"{'@' if e.extern else ''}{e.name}({args})"  # type: ignore[attr-defined]
     if t is E.Let:
-        return f"(let {e.var.name} = {expr_str(e.value)} in {expr_str(e.body)})"  # type: ignore[attr-defined]
+        value = expr_str(e.value)  # type: ignore[attr-defined]
+        names = _STATE.names
+        if names is None:
+            return f"(let {e.var.name} = {value} in {expr_str(e.body)})"  # type: ignore[attr-defined]
+        name = names.bind(e.var)  # type: ignore[attr-defined]
+        body = expr_str(e.body)  # type: ignore[attr-defined]
+        names.unbind(e.var)  # type: ignore[attr-defined]
+        return f"(let {name} = {value} in {body})"
     if t is E.Ramp:
         return f"ramp({expr_str(e.base)}, {expr_str(e.stride)}, {e.lanes})"  # type: ignore[attr-defined]
     if t is E.Broadcast:
@@ -87,8 +141,12 @@ def _stmt(s: S.Stmt, ind: int, out: list[str]) -> None:
             rng = f"{s.min.value}, {s.min.value + s.extent.value}"
         else:  # Python's range(start, stop): stop = min + extent
             rng = f"{expr_str(s.min)}, {_p(s.min, 5)} + {_p(s.extent, 5, right=True)}"
-        out.append(f"{pad}{head} {s.var.name} in range({rng}){ann}:")
+        names = _STATE.names
+        name = names.bind(s.var) if names is not None else s.var.name
+        out.append(f"{pad}{head} {name} in range({rng}){ann}:")
         _stmt(s.body, ind + 1, out)
+        if names is not None:
+            names.unbind(s.var)
     elif isinstance(s, S.BufferStore):
         idx = ", ".join(expr_str(i) for i in s.indices)
         pred = f" if {expr_str(s.predicate)}" if s.predicate is not None else ""
@@ -108,8 +166,13 @@ def _stmt(s: S.Stmt, ind: int, out: list[str]) -> None:
         out.append(f"{pad}allocate {b.name}: {b.dtype}[{shape}] ({b.scope})")
         _stmt(s.body, ind, out)
     elif isinstance(s, S.LetStmt):
-        out.append(f"{pad}{s.var.name} = {expr_str(s.value)}")
+        value = expr_str(s.value)
+        names = _STATE.names
+        name = names.bind(s.var) if names is not None else s.var.name
+        out.append(f"{pad}{name} = {value}")
         _stmt(s.body, ind, out)
+        if names is not None:
+            names.unbind(s.var)
     elif isinstance(s, S.Evaluate):
         out.append(f"{pad}{expr_str(s.value)}")
     elif isinstance(s, S.AttrStmt):
@@ -119,9 +182,18 @@ def _stmt(s: S.Stmt, ind: int, out: list[str]) -> None:
         out.append(f"{pad}<{type(s).__name__}>")
 
 
-def stmt_str(s: S.Stmt, indent: int = 0) -> str:
-    out: list[str] = []
-    _stmt(s, indent, out)
+def stmt_str(s: S.Stmt, indent: int = 0, free: tuple[E.Var, ...] = ()) -> str:
+    """``s`` as text; ``free`` are variables in scope around it (a function's size vars),
+    which a loop variable of the same name must not be confused with."""
+    saved = _STATE.names
+    names = _STATE.names = _Names()
+    try:
+        for v in free:
+            names.bind(v)
+        out: list[str] = []
+        _stmt(s, indent, out)
+    finally:
+        _STATE.names = saved
     return "\n".join(out)
 
 
@@ -131,7 +203,7 @@ def func_str(f: Any) -> str:
         shape = ", ".join(expr_str(x) for x in b.shape)
         params.append(f"{b.name}: {b.dtype}[{shape}]")
     head = f"def {f.name}({', '.join(params)}):"
-    text = head + "\n" + stmt_str(f.body, 1)
+    text = head + "\n" + stmt_str(f.body, 1, tuple(getattr(f, "dim_vars", ()) or ()))
     inter = f.attrs.get("intermediates")
     if inter:
         text += "\n  # global intermediates: " + ", ".join(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from typing import Any
 
@@ -31,7 +32,12 @@ def structural_equal(a: Any, b: Any) -> bool:
         return all(structural_equal(x, y) for x, y in zip(_children(a), _children(b)))
     if isinstance(a, tuple) and isinstance(b, tuple):
         return len(a) == len(b) and all(structural_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, (int, float, str, bool)) or a is None:
+    if isinstance(a, float):
+        # by bits: 0.0 and -0.0 differ (copysign, 1/x tell them apart) and NaN equals NaN, so
+        # the simplifier never merges the two zeros nor fails to share a NaN constant
+        return type(b) is float and (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+                                     or (a != a and b != b))
+    if isinstance(a, (int, str, bool)) or a is None:
         return type(a) is type(b) and a == b
     return False
 
@@ -44,6 +50,8 @@ def structural_hash(e: Any) -> int:
         return hash((type(e).__name__, *(structural_hash(c) for c in _children(e))))
     if isinstance(e, tuple):
         return hash(tuple(structural_hash(c) for c in e))
+    if isinstance(e, float) and e != e:
+        return hash("nan")  # hash(nan) is per object since Python 3.10
     if isinstance(e, (int, float, str, bool)) or e is None:
         return hash(e)
     return id(e)

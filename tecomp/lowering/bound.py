@@ -34,7 +34,7 @@ from ..ir.expr import (
     const,
 )
 from ..ir.functor import ExprVisitor, free_vars, substitute
-from ..te.schedule import Schedule, SplitRel, Stage
+from ..te.schedule import Schedule, SingletonRel, SplitRel, Stage
 from ..te.tensor import AxisVar, ComputeOp, IterVar, IterVarKind
 
 
@@ -82,6 +82,8 @@ def derive(st: Stage, root_min: dict[IterVar, Expr], root_ext: dict[IterVar, Exp
                 assert rel.nparts is not None
                 b.ext[rel.outer] = rel.nparts
                 b.ext[rel.inner] = _ceildiv(pe, rel.nparts)
+        elif isinstance(rel, SingletonRel):  # fuse() of no axes: one iteration, no root axis
+            b.ext[rel.iv] = const(1)
         else:
             b.ext[rel.fused] = simplify(b.ext[rel.outer] * b.ext[rel.inner])
     for leaf in st.leaf_iter_vars:
@@ -97,6 +99,8 @@ def derive(st: Stage, root_min: dict[IterVar, Expr], root_ext: dict[IterVar, Exp
                     simplify(FloorMod(b.ext[rel.parent], ie)))
             if not exact:
                 b.conds.append(LT(b.value[rel.parent], b.ext[rel.parent]))
+        elif isinstance(rel, SingletonRel):
+            continue
         else:
             ie = b.ext[rel.inner]
             b.value[rel.outer] = simplify(FloorDiv(b.value[rel.fused], ie))
@@ -130,11 +134,14 @@ def infer_bounds(
     bodies: dict[Stage, list[Expr]],
     stages: list[Stage],
     scopes: dict[Stage, str] | None = None,
+    fixed: dict[Stage, dict[int, tuple[Expr, Expr]]] | None = None,
 ) -> dict[Stage, StageBounds]:
     """Bounds of every non-inline compute stage in ``stages`` (topological order).
 
     ``scopes`` (GPU lowering only) gives each stage's storage scope, which decides which
-    enclosing thread-bound loops its region is relaxed over.
+    enclosing thread-bound loops its region is relaxed over. ``fixed`` narrows axes of root
+    stages to ``(min, extent)`` (the stages of a scan body compute one time step: axis 0 is
+    ``(t, 1)``).
     """
     out: dict[Stage, StageBounds] = {}
     readers: dict[Stage, list[Stage]] = {st: [] for st in stages}
@@ -161,6 +168,8 @@ def infer_bounds(
         else:
             mins = [iv.dom.min for iv in op.axis]  # type: ignore[union-attr]
             exts = [iv.dom.extent for iv in op.axis]  # type: ignore[union-attr]
+            for d, (mn, ex) in (fixed or {}).get(st, {}).items():
+                mins[d], exts[d] = mn, ex
         for iv, mn, ex in zip(op.axis, mins, exts):
             root_min[iv], root_ext[iv] = mn, ex
         b = derive(st, root_min, root_ext)

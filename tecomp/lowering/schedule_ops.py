@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..arith.simplify import simplify
 from ..codegen.target import Target
-from ..errors import LoweringError, ScheduleError
+from ..errors import LoweringError, ScheduleError, TecompError
+from ..ir import dtype as dt
 from ..ir.buffer import Buffer
 from ..ir.expr import (
     And,
@@ -35,6 +36,8 @@ from ..ir.stmt import (
     Stmt,
     seq,
 )
+from ..te.extern import ExternOp, bind_extern_body
+from ..te.scan import ScanOp, scan_body
 from ..te.schedule import Schedule, Stage
 from ..te.tensor import ComputeOp, IterVar, IterVarKind, PlaceholderOp, Tensor
 from .bound import StageBounds, infer_bounds
@@ -59,12 +62,14 @@ class _ToBuffers(ExprMutator):
 
 
 class Lowering:
-    def __init__(self, sch: Schedule, args: Sequence[Any], name: str, target: Target | None = None) -> None:
+    def __init__(self, sch: Schedule, args: Sequence[Any], name: str, target: Target | None = None,
+                 binds: Mapping[Tensor, Buffer] | None = None) -> None:
         self.sch = sch
         self.name = name
         self.target = target
         self.gpu = target is not None and target.is_gpu
         self.args = list(args)
+        self.binds: dict[Tensor, Buffer] = _check_binds(binds, name)
         self.buffers: dict[tuple[Stage, int], Buffer] = {}
         self.params: list[Buffer] = []
         self.outputs: list[int] = []
@@ -73,21 +78,34 @@ class Lowering:
             st for st in sch.stages
             if isinstance(st.op, ComputeOp) and st.attach_type != "inline"
         ]
+        # extern and scan stages (te/extern.py, te/scan.py); buffers indexed by absolute
+        # position (scan states: init, update and state placeholder share the scan's buffer)
+        self.special = [st for st in sch.stages if isinstance(st.op, (ExternOp, ScanOp))]
+        self.absolute: set[Buffer] = set()
+        self.local_allocs: dict[Stage, list[Buffer]] = {}
+        self.scan_of: dict[Stage, Stage] = {}  # scan body stage -> its scan's stage
         self._bind_args()
         self.scopes = storage_scopes(self.stages, self.gpu)
         self.bounds: dict[Stage, StageBounds] = infer_bounds(
-            sch, self.bodies, self.stages, self.scopes if self.gpu else None)
-        self.local_allocs: dict[Stage, list[Buffer]] = {}
+            sch, self.bodies, self.stages, self.scopes if self.gpu else None,
+            self._scan_rows())
         self._make_local_buffers()
         self.mutator = _ToBuffers(self)
 
     # buffers --------------------------------------------------------------------------------
     def _bind_args(self) -> None:
         seen: set[int] = set()
+        # scalar kernel parameters (TVM: a te.var in the argument list), with their position
+        # in the argument list; the C signature puts them after the buffers and dims
+        self.scalars: list[tuple[int, Var]] = []
         for k, a in enumerate(self.args):
+            if isinstance(a, Var):
+                self._bind_scalar(k, a)
+                continue
             if not isinstance(a, Tensor):
                 raise LoweringError(
-                    f"argument {k} of {self.name} must be a te.Tensor, got {type(a).__name__}"
+                    f"argument {k} of {self.name} must be a te.Tensor, got {type(a).__name__} "
+                    "(or a te.var, for a scalar parameter)"
                 )
             st = self.sch._by_op.get(a.op)
             if st is None:
@@ -103,11 +121,12 @@ class Lowering:
                     f"argument {a.name} is computed at {st.attach_stage.name}; arguments must "  # type: ignore[union-attr]
                     "be computed at root"
                 )
-            buf = Buffer(a.name.replace(".", "_"), tuple(a.shape), a.dtype)
+            buf = self._arg_buffer(a)
             self.buffers[key] = buf
             self.params.append(buf)
-            if isinstance(st.op, ComputeOp):
-                self.outputs.append(k)
+            if not isinstance(st.op, PlaceholderOp):
+                self.outputs.append(len(self.params) - 1)
+        self._bind_special()
         for st in self.sch.stages:
             if st.is_output and (st, 0) not in self.buffers:
                 raise LoweringError(f"output {st.origin_op.name} is missing from the arguments")
@@ -122,6 +141,80 @@ class Lowering:
                 for v in sorted(free_vars(d), key=lambda x: x.name):
                     if all(v is not x for x in self.dim_vars):  # identity: == builds IR
                         self.dim_vars.append(v)
+
+    def _bind_scalar(self, k: int, v: Var) -> None:
+        d = v.dtype
+        if not (dt.is_int(d) or dt.is_float(d)) or dt.lanes(d) != 1 or dt.is_bool(d):
+            raise LoweringError(
+                f"argument {k} ({v.name}) of {self.name}: a scalar parameter must be an int or "
+                f"float te.var, got dtype {d}")
+        if d in ("float16", "bfloat16"):
+            # no portable C ABI for a 16-bit float argument; the value is converted anyway
+            raise LoweringError(
+                f"argument {k} ({v.name}) of {self.name}: {d} scalar parameters are not "
+                "supported; declare the var as float32 and cast it in the computation")
+        if any(v is x for _, x in self.scalars):
+            raise LoweringError(f"argument {k} ({v.name}) of {self.name} is listed twice")
+        self.scalars.append((k, v))
+
+    def _arg_buffer(self, t: Tensor) -> Buffer:
+        """The parameter buffer of argument ``t``: the user's ``binds`` entry if any, else a
+        compact one. A bound buffer's symbolic strides and elem_offset describe a C-contiguous
+        array passed by its data pointer (what the runtime accepts), so they are fixed to
+        the compact strides and 0 here; constants that disagree are refused."""
+        bound = self.binds.get(t)
+        if bound is None:
+            return Buffer(t.name.replace(".", "_"), tuple(t.shape), t.dtype)
+        return _arg_buffer_from_bind(t, bound, self.name)
+
+    def _bind_special(self) -> None:
+        """Buffers of extern and scan stages: the argument's, else a local one of the full
+        shape; a scan's init/update/state tensors share its buffer (TVM's ScanOp)."""
+        if self.special and self.gpu:
+            raise LoweringError(
+                f"{self.name}: te.extern and te.scan stages ({', '.join(st.name for st in self.special)}) "
+                "are supported on CPU targets only")
+        for st in self.special:
+            op = st.op
+            for k in range(op.num_outputs):
+                buf = self.buffers.get((st, k))
+                if buf is None:
+                    t = op.output(k)
+                    buf = Buffer(t.name.replace(".", "_"), tuple(t.shape), t.dtype, scope="local")
+                    self.buffers[(st, k)] = buf
+                    self.local_allocs.setdefault(st, []).append(buf)
+                self.absolute.add(buf)
+                if isinstance(op, ScanOp):
+                    for t in (op.init[k], op.update[k], op.state_placeholder[k]):
+                        ts = self.sch._by_op.get(t.op)
+                        if ts is None:
+                            raise LoweringError(f"scan {op.name}: {t.name} is not in the schedule")
+                        if (ts, t.value_index) in self.buffers and t is not op.state_placeholder[k]:
+                            raise LoweringError(
+                                f"scan {op.name}: {t.name} is an argument or shared by two scans; "
+                                "pass the scan's output instead")
+                        self.buffers[(ts, t.value_index)] = buf
+            if isinstance(op, ScanOp):
+                for body_st in scan_body(op, self.sch._by_op):
+                    if body_st.attach_type == "root":
+                        self.scan_of[body_st] = st
+            if isinstance(op, ExternOp):
+                for t in op.inputs:
+                    ts = self.sch._by_op.get(t.op)
+                    if ts is not None and isinstance(ts.op, PlaceholderOp) and (ts, 0) not in self.buffers:
+                        raise LoweringError(
+                            f"placeholder {t.name} is read by extern {op.name} but not passed in "
+                            "the argument list")
+
+    def _scan_rows(self) -> dict[Stage, dict[int, tuple[Expr, Expr]]]:
+        """Bound overrides of the root stages of scan bodies: one time step (row ``t`` of
+        the scan's time axis) per iteration of the scan's loop."""
+        out: dict[Stage, dict[int, tuple[Expr, Expr]]] = {}
+        for body_st, scan_st in self.scan_of.items():
+            op = scan_st.op
+            assert isinstance(op, ScanOp)
+            out[body_st] = {0: (op.scan_axis.var, const(1))}
+        return out
 
     def _reads_tensor(self, reader: Stage, st: Stage) -> bool:
         from .bound import _Loads
@@ -155,13 +248,15 @@ class Lowering:
         buf = self.buffers.get((st, t.value_index))
         if buf is None:
             raise LoweringError(f"tensor {t.name} has no buffer (is it an argument?)")
-        if buf.scope == "global":
+        if buf.scope == "global" or buf in self.absolute:
             return buf, [const(0)] * len(t.shape)
         return buf, self.bounds[st].buf_min
 
     # statements -----------------------------------------------------------------------------
     def lower(self) -> PrimFunc:
-        roots = [st for st in self.stages if st.attach_type == "root"]
+        roots = [st for st in self.sch.stages
+                 if (st in self.special or st in self.bounds) and st.attach_type == "root"
+                 and st not in self.scan_of]
         for st in self.stages:
             if st.double_buffer_:
                 self._check_double_buffer(st)
@@ -177,6 +272,10 @@ class Lowering:
                 raise LoweringError(
                     f"stage {st.name}: storage scope 'shared' (GPU shared memory) needs a GPU "
                     "target (target=\"cuda\"); on a CPU use 'local' or 'global'")
+        if self.gpu and self.scalars:
+            raise LoweringError(
+                f"{self.name}: scalar parameters ({', '.join(v.name for _, v in self.scalars)}) "
+                "are supported on CPU targets only; on a GPU pass the value in a 1-element tensor")
         if self.gpu and len(roots) > 1:
             return self._kernels(roots)
         body = seq(*[self.stage_nest(st) for st in roots])
@@ -186,6 +285,8 @@ class Lowering:
         body = self._finish(body)
         fn = PrimFunc(self.name, self.params, body, self.dim_vars)
         fn.attrs["outputs"] = self.outputs
+        if self.scalars:
+            fn.attrs["scalar_params"] = list(self.scalars)
         if self.gpu:
             from .gpu_check import check_gpu_kernel
 
@@ -222,14 +323,14 @@ class Lowering:
 
     def _finish(self, body: Stmt) -> Stmt:
         body = _PlainVars().visit_stmt(body)
-        unbound = _Unbound(self.dim_vars)
+        unbound = _Unbound(self.dim_vars + [v for _, v in self.scalars])
         unbound.visit_stmt(body)
         if unbound.found:
             names = ", ".join(sorted(v.name for v in unbound.found))
             raise LoweringError(
                 f"{self.name}: the computation uses variable(s) {names} that are not a dimension "
-                "of any argument; scalar parameters are not supported yet (pass the value in a "
-                "1-element tensor), and symbolic sizes must appear in an argument's shape"
+                "of any argument nor in the argument list; pass each as a scalar parameter "
+                "(tc.build(s, [A, n, B]))"
             )
         return body
 
@@ -284,7 +385,34 @@ class Lowering:
     def _attached(self, st: Stage, iv: IterVar) -> list[Stage]:
         return [c for c in self.stages if c.attach_stage is st and c.attach_ivar is iv]
 
+    def _extern_nest(self, st: Stage) -> Stmt:
+        op = st.op
+        assert isinstance(op, ExternOp)
+        ins = [self.buffer_of(t)[0] for t in op.inputs]
+        outs = [self.buffers[(st, k)] for k in range(op.num_outputs)]
+        try:
+            return bind_extern_body(op, ins, outs)
+        except TecompError as e:
+            raise LoweringError(str(e)) from None
+
+    def _scan_nest(self, st: Stage) -> Stmt:
+        """The serial time loop of a scan: its body stages, each computing row ``t``."""
+        op = st.op
+        assert isinstance(op, ScanOp)
+        body_stages = [b for b in self.sch.stages if self.scan_of.get(b) is st]
+        body = seq(*[self.stage_nest(b) for b in body_stages])
+        for b in reversed(body_stages):
+            for buf in self.local_allocs.get(b, []):
+                body = Allocate(buf, body)
+        ax = op.scan_axis
+        assert ax.dom is not None
+        return For(ax.var, ax.dom.min, ax.dom.extent, ForKind.SERIAL, body)
+
     def stage_nest(self, st: Stage) -> Stmt:
+        if isinstance(st.op, ExternOp):
+            return self._extern_nest(st)
+        if isinstance(st.op, ScanOp):
+            return self._scan_nest(st)
         op = st.op
         assert isinstance(op, ComputeOp)
         if self.gpu:
@@ -295,7 +423,10 @@ class Lowering:
         b = self.bounds[st]
         leaves = st.leaf_iter_vars
         vmap = {iv.var: b.root_value(iv) for iv in op.axis + op.reduce_axis}
-        out_idx = [simplify(b.value[iv]) for iv in op.axis]
+        if all(self.buffers[(st, k)] in self.absolute for k in range(op.num_outputs)):
+            out_idx = [b.root_value(iv) for iv in op.axis]  # a scan's buffer: absolute rows
+        else:
+            out_idx = [simplify(b.value[iv]) for iv in op.axis]
         bodies = [self.mutator.visit(substitute(x, vmap)) if not isinstance(x, Reduce) else x
                   for x in self.bodies[st]]
         first_red = next((k for k, iv in enumerate(leaves) if iv.kind == IterVarKind.REDUCE),
@@ -423,6 +554,12 @@ class Lowering:
             a = owner.iter_var_attrs.get(iv)
             if a is not None and a.bind_thread is not None:
                 vmap.setdefault(a.bind_thread.var, iv.var)
+        # the stage's own root axes, as TVM reads them (``i % 3 != 1`` after ``i`` was split)
+        op = st.op
+        if isinstance(op, ComputeOp) and st in self.bounds:
+            b = self.bounds[st]
+            for iv in op.axis:
+                vmap.setdefault(iv.var, b.root_value(iv))
         return simplify(substitute(pred, vmap))
 
     def _reduce_stmts(self, st: Stage, vmap: dict[Var, Expr], out_idx: list[Expr]) -> tuple[Stmt, Stmt]:
@@ -583,11 +720,35 @@ def storage_scopes(stages: Sequence[Stage], gpu: bool) -> dict[Stage, str]:
     return out
 
 
+def _check_binds(binds: Mapping[Tensor, Buffer] | None, name: str) -> dict[Tensor, Buffer]:
+    out: dict[Tensor, Buffer] = {}
+    for t, b in (binds or {}).items():
+        if not isinstance(t, Tensor) or not isinstance(b, Buffer):
+            raise LoweringError(
+                f"{name}: binds maps te.Tensors to buffers from tc.tir.decl_buffer, got "
+                f"{type(t).__name__} -> {type(b).__name__}")
+        if len(b.shape) != len(t.shape) or b.dtype != t.dtype:
+            raise LoweringError(
+                f"{name}: binds: buffer {b.name} ({b.dtype}, {len(b.shape)} dims) does not match "
+                f"tensor {t.name} ({t.dtype}, {len(t.shape)} dims)")
+        out[t] = b
+    return out
+
+
+def _arg_buffer_from_bind(t: Tensor, b: Buffer, name: str) -> Buffer:
+    """A bound argument buffer, its layout fixed to a C-contiguous array (see _arg_buffer)."""
+    from ..te.extern import compact_layout
+
+    return compact_layout(b, tuple(t.shape), f"{name}: binds of {t.name}")
+
+
 def lower_schedule(sch: Schedule, args: Sequence[Any], name: str = "main",
-                   target: Target | None = None) -> PrimFunc:
+                   target: Target | None = None,
+                   binds: Mapping[Tensor, Buffer] | None = None) -> PrimFunc:
     """The loop nest of ``sch`` with ``args`` as kernel parameters (before passes);
-    ``target`` (default: the CPU) decides what thread bindings and storage scopes mean."""
-    return Lowering(sch, args, name, target).lower()
+    ``target`` (default: the CPU) decides what thread bindings and storage scopes mean;
+    ``binds`` gives tensors the buffers (tc.tir.decl_buffer) their argument should use."""
+    return Lowering(sch, args, name, target, binds).lower()
 
 
 __all__ = ["Lowering", "lower_schedule"]

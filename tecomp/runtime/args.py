@@ -11,6 +11,7 @@ descriptions (`ParamSpec`) are plain data so they can be stored in a JSON manife
 
 from __future__ import annotations
 
+import ctypes
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import TecompError
 from ..ir import dtype as dt
 from ..ir import expr as E  # noqa: N812
 from ..ir import stmt as S  # noqa: N812
@@ -36,11 +38,16 @@ class ParamSpec:
     dtype: str
     shape: tuple[int | str, ...]
     output: bool = False
+    # a scalar parameter (a te.var in the argument list): passed by value, shape ()
+    scalar: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data (library manifests, tuning records); `from_json` reads it back."""
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
-                "output": self.output}
+        out: dict[str, Any] = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
+                               "output": self.output}
+        if self.scalar:  # only then, so manifests of buffer-only kernels stay as they were
+            out["scalar"] = True
+        return out
 
     @staticmethod
     def from_json(data: Any) -> ParamSpec:
@@ -68,10 +75,67 @@ class ParamSpec:
                                  "nor an arithmetic expression over dim names")
         if not isinstance(output, bool):
             raise ValueError(f"parameter {name!r}: 'output' must be true or false")
-        return ParamSpec(name, dtype, tuple(shape), output)
+        scalar = data.get("scalar", False)
+        if not isinstance(scalar, bool) or (scalar and (shape or output)):
+            raise ValueError(f"parameter {name!r}: 'scalar' must be true or false, and a scalar "
+                             "has shape [] and is no output")
+        return ParamSpec(name, dtype, tuple(shape), output, scalar)
 
 
 _SHAPE_EXPR = re.compile(r"^[A-Za-z0-9_+\-*/%(), ]+$")
+
+# C types of scalar parameters (by value); float16/bfloat16 have no portable C ABI
+_SCALAR_CTYPES: dict[str, Any] = {
+    "int8": ctypes.c_int8, "int16": ctypes.c_int16, "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64, "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64, "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+}
+
+
+_DTYPE_HINT = {
+    "bfloat16": " (an ml_dtypes.bfloat16 array, or uint16 bit patterns)",
+    "float16": " (a numpy float16 array)",
+}
+
+
+def _array_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype an array argument of ``dtype`` must have."""
+    try:
+        return dt.to_numpy(dtype)
+    except TecompError:  # bfloat16 without ml_dtypes: only uint16 bit patterns
+        return np.dtype(np.uint16)
+
+
+def scalar_ctype(p: ParamSpec) -> Any:
+    """The ctypes type a scalar parameter is passed as."""
+    t = _SCALAR_CTYPES.get(p.dtype)
+    if t is None:
+        raise TypeError(f"scalar parameter {p.name!r} has dtype {p.dtype}, which cannot be "
+                        "passed by value")
+    return t
+
+
+def check_scalar(who: str, p: ParamSpec, v: object) -> int | float:
+    """``v`` as a Python number for scalar parameter ``p``: TypeError for a value of the
+    wrong kind (a float for an int parameter, a bool, an array), ValueError for an int out of
+    the dtype's range."""
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{who}: expected a {p.dtype} scalar (a Python or numpy number), got "
+                        f"{type(v).__name__}")
+    if dt.is_int(p.dtype):
+        if not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{who}: expected an integer for {p.dtype}, got "
+                            f"{type(v).__name__} {v!r}")
+        iv = int(v)
+        info = np.iinfo(p.dtype)
+        if not int(info.min) <= iv <= int(info.max):
+            raise ValueError(f"{who}: {iv} is out of range for {p.dtype} "
+                             f"[{info.min}, {info.max}]")
+        return iv
+    return float(v)
 # the only names a shape expression may call (what _py_expr emits for Min/Max/Div)
 _SHAPE_NS: dict[str, object] = {"__builtins__": {}, "min": min, "max": max, "int": int}
 _CONST, _BIND, _CHECK = 0, 1, 2
@@ -92,10 +156,24 @@ class ArgChecker:
         self.dim_names = tuple(dim_names)
         self.check_overlap = check_overlap
         self._n = len(self.params)
-        self._np_dtypes = [np.dtype(dt.element(p.dtype)) for p in self.params]
+        self._np_dtypes = [_array_dtype(p.dtype) for p in self.params]
+        # bfloat16 buffers also take uint16 arrays holding the bit patterns (as TVM does)
+        self._alt_dtypes = [np.dtype(np.uint16) if dt.element(p.dtype) == "bfloat16" else None
+                            for p in self.params]
         self._outputs = [i for i, p in enumerate(self.params) if p.output]
         dim_index = {n: i for i, n in enumerate(self.dim_names)}
-        bound: set[int] = set()
+        # scalar parameters: position -> the dim they give (a te.var that is both an explicit
+        # argument and a symbolic dim; checked against the shapes), or None
+        self._scalars: dict[int, int | None] = {
+            i: dim_index.get(p.name) for i, p in enumerate(self.params) if p.scalar}
+        self.ctypes_args: list[Any] = (
+            [ctypes.c_void_p] * (self._n - len(self._scalars))
+            + [ctypes.c_int64] * len(self.dim_names)
+            + [scalar_ctype(self.params[i]) for i, d in self._scalars.items() if d is None])
+        self._buf_pos = [i for i, p in enumerate(self.params) if not p.scalar]
+        self._arr_index = {i: k for k, i in enumerate(self._buf_pos)}
+        bound: set[int] = {d for d in self._scalars.values() if d is not None}
+        by_scalar = set(bound)
         # per param: None when every extent is a constant (compare the shape tuple at once),
         # else a tuple of (axis, kind, payload) to walk.
         self._static: list[tuple[int, ...] | None] = []
@@ -107,7 +185,10 @@ class ArgChecker:
             for ax, s in enumerate(p.shape):
                 if isinstance(s, (int, np.integer)):
                     axes.append((ax, _CONST, int(s)))
-                elif s in dim_index and dim_index[s] not in bound:
+                elif s in dim_index and (dim_index[s] not in bound or dim_index[s] in by_scalar):
+                    # a shape binds its dims (a scalar argument naming the dim is then checked
+                    # against it)
+                    by_scalar.discard(dim_index[s])
                     bound.add(dim_index[s])
                     axes.append((ax, _BIND, dim_index[s]))
                 elif s in dim_index:
@@ -141,7 +222,8 @@ class ArgChecker:
 
     def _count_error(self, n: int) -> TypeError:
         names = ", ".join(p.name for p in self.params)
-        return TypeError(f"{self.func_name}() takes {self._n} array arguments ({names}), got {n}")
+        what = "arguments" if self._scalars else "array arguments"
+        return TypeError(f"{self.func_name}() takes {self._n} {what} ({names}), got {n}")
 
     def _shape_error(self, i: int, shape: tuple[int, ...], dims: list[int | None]) -> ValueError:
         env = {n: d for n, d in zip(self.dim_names, dims, strict=True) if d is not None}
@@ -177,12 +259,17 @@ class ArgChecker:
         dims: list[int | None] = [None] * len(self.dim_names)
         arrays: list[np.ndarray] = []
         cargs: list[int] = []
+        scalars = self._scalars
         for i, a in enumerate(args):
+            if scalars and i in scalars:
+                continue  # after the shapes: they may check a dim the shapes bind
             if type(a) is not np.ndarray:
                 a = self._coerce(i, a)
             want = self._np_dtypes[i]
-            if a.dtype is not want and a.dtype != want:
-                raise TypeError(f"{self._who(i)}: expected dtype {self.params[i].dtype}, "
+            alt = self._alt_dtypes[i]  # (np.dtype(x) == None compares with float64)
+            if a.dtype is not want and a.dtype != want and (alt is None or a.dtype != alt):
+                raise TypeError(f"{self._who(i)}: expected dtype {self.params[i].dtype}"
+                                f"{_DTYPE_HINT.get(dt.element(self.params[i].dtype), '')}, "
                                 f"got {a.dtype}")
             shape = a.shape
             static = self._static[i]
@@ -214,28 +301,51 @@ class ArgChecker:
                                  "array is read-only")
             arrays.append(a)
             cargs.append(a.__array_interface__["data"][0])
+        cscalars: list[int | float] = []
+        if scalars:
+            cscalars = self._convert_scalars(args, dims)
         if self._checks:  # extents computed from dims, e.g. (n - 2)
             env = dict(zip(self.dim_names, dims, strict=True))
             for i, ax, code in self._checks:
-                if arrays[i].shape[ax] != eval(code, _SHAPE_NS, env):
-                    raise self._shape_error(i, arrays[i].shape, dims)
+                shp = arrays[self._arr_index[i]].shape
+                if shp[ax] != eval(code, _SHAPE_NS, env):
+                    raise self._shape_error(i, shp, dims)
         if self.check_overlap and self._outputs:
             self._check_overlap(arrays, cargs)
         cargs.extend(dims)  # type: ignore[arg-type]
+        cargs.extend(cscalars)  # type: ignore[arg-type]
         return arrays, cargs
+
+    def _convert_scalars(self, args: Sequence[object], dims: list[int | None]) -> list[int | float]:
+        """Check the scalar arguments; bind or check the dims they name; return the C ones."""
+        out: list[int | float] = []
+        for i, d in self._scalars.items():
+            v = check_scalar(self._who(i), self.params[i], args[i])
+            if d is None:
+                out.append(v)
+            elif dims[d] is None:
+                dims[d] = int(v)
+            elif dims[d] != v:
+                j = self._bound_by.get(d)
+                src = f"the shape of {self._who(j)}" if j is not None else "another argument"
+                raise ValueError(f"{self._who(i)} is {v}, but {self.dim_names[d]} = {dims[d]} "
+                                 f"from {src}")
+        return out
 
     def _check_overlap(self, arrays: list[np.ndarray], ptrs: list[int]) -> None:
         # Kernels are compiled assuming buffers do not alias (noalias); an output sharing
         # memory with another argument would silently compute garbage.
-        for i in self._outputs:
+        pos = self._buf_pos  # arrays/ptrs hold the buffer arguments only
+        for o in self._outputs:
+            i = self._arr_index[o]
             lo, n = ptrs[i], arrays[i].nbytes
             if n == 0:
                 continue
             for j, a in enumerate(arrays):
                 if j != i and a.nbytes and lo < ptrs[j] + a.nbytes and ptrs[j] < lo + n:
                     raise ValueError(
-                        f"{self._who(i)} overlaps the memory of {self._who(j)}; outputs must "
-                        "not share memory with other arguments (pass a separate array)"
+                        f"{self._who(o)} overlaps the memory of {self._who(pos[j])}; outputs "
+                        "must not share memory with other arguments (pass a separate array)"
                     )
 
 
@@ -331,7 +441,21 @@ def specs_from_primfunc(func: S.PrimFunc) -> tuple[list[ParamSpec], list[str]]:
         for s in b.shape:
             shape.append(s.value if isinstance(s, E.IntImm) else _py_expr(s, names))
         specs.append(ParamSpec(b.name, dt.element(b.dtype), tuple(shape), i in outs))
+    # scalar parameters (te.var arguments) go back to their places in the argument list; one
+    # that is also a dim carries the dim's name (the checker binds or checks that dim by it)
+    for pos, v in sorted(func.attrs.get("scalar_params", ()), key=lambda x: x[0]):
+        known = names.get(v)
+        if known is not None:
+            n = known
+        else:
+            n = v.name if v.name.isidentifier() else "s"
+            base, k = n, 1
+            while n in used:
+                n, k = f"{base}_{k}", k + 1
+            used.add(n)
+        specs.insert(pos, ParamSpec(n, dt.element(v.dtype), (), False, True))
     return specs, [names[v] for v in func.dim_vars]
 
 
-__all__ = ["ArgChecker", "KernelSpec", "ParamSpec", "specs_from_primfunc"]
+__all__ = ["ArgChecker", "KernelSpec", "ParamSpec", "check_scalar", "scalar_ctype",
+           "specs_from_primfunc"]

@@ -71,8 +71,8 @@ class Function:
         self.name = name
         self.checker = checker
         self._owner = owner
-        n_ptr, n_dim = len(checker.params), len(checker.dim_names)
-        proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * n_ptr + [ctypes.c_int64] * n_dim))
+        # buffers, int64 dims, then scalar parameters by value (ArgChecker.ctypes_args)
+        proto = ctypes.CFUNCTYPE(ctypes.c_int32, *checker.ctypes_args)
         self._cfunc = proto(address)
         self._convert = checker.convert
         self._on_error = on_error or _default_error(name)

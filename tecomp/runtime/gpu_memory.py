@@ -130,7 +130,7 @@ def _flat_storage(c: SimtCompiler, buf: Buffer) -> Callable[[Env], np.ndarray]:
     """The flat storage of a global or shared buffer: the same array object at every access
     (the race detector groups accesses by it), also where it must be viewed at an offset or
     as another dtype."""
-    data, npd, by_name, views = buf.data, dt.to_numpy(buf.dtype), c.by_name, c.views
+    data, npd, by_name, views = buf.data, dt.storage_numpy(buf.dtype), c.by_name, c.views
     def storage(env: Env) -> np.ndarray:
         p = env.get(data) or by_name.get(buf.name)
         if p is None or not isinstance(p, I.Pointer):
@@ -166,7 +166,7 @@ def compile_uniform_load(c: SimtCompiler, e: E.BufferLoad) -> ExprFn:
     buf, state, mcell, masked = e.buffer, c.state, c.mask, c.masked_depth > 0
     if dt.element(e.dtype) != dt.element(buf.dtype):
         raise TecompError(f"loading {e.dtype} from {buf.dtype} buffer {buf.name}: {e}")
-    storage, npd, lanes = _flat_storage(c, buf), dt.to_numpy(buf.dtype), _lanes(e.indices, e.dtype)
+    storage, npd, lanes = _flat_storage(c, buf), dt.storage_numpy(buf.dtype), _lanes(e.indices, e.dtype)
     site = _site(c, buf, False, False, lanes)
     log, hot = _logs(c, site)
     if lanes == 1 and e.predicate is None:
@@ -219,7 +219,7 @@ def compile_varying_load(c: SimtCompiler, e: E.BufferLoad) -> ExprFn:
     buf, state, where = e.buffer, c.state, c._where
     if dt.element(e.dtype) != dt.element(buf.dtype):
         raise TecompError(f"loading {e.dtype} from {buf.dtype} buffer {buf.name}: {e}")
-    lanes, npd = _lanes(e.indices, e.dtype), dt.to_numpy(buf.dtype)
+    lanes, npd = _lanes(e.indices, e.dtype), dt.storage_numpy(buf.dtype)
     if _is_local(buf):
         return _local_load(c, e, lanes, npd)
     storage = _flat_storage(c, buf)
@@ -336,8 +336,12 @@ def _local_oob(c: SimtCompiler, buf: Buffer, where: str, i: int, size: int) -> I
 
 def compile_store(c: SimtCompiler, s: S.BufferStore) -> StmtFn:
     buf, state, where = s.buffer, c.state, c._where
-    lanes, npd = _lanes(s.indices, s.value.dtype), dt.to_numpy(buf.dtype)
+    lanes, npd = _lanes(s.indices, s.value.dtype), dt.storage_numpy(buf.dtype)
     value, vval = c.expr(s.value), c.varies(s.value)
+    if dt.element(buf.dtype) == "bfloat16":  # float32 values -> bits, RNE (cvt.rn.bf16.f32)
+        v32 = value
+        value = lambda env: dt.f32_to_bf16_bits(v32(env))  # noqa: E731
+    # float16: numpy's float32 -> float16 assignment rounds to nearest even (cvt.rn.f16.f32)
     if _is_local(buf):
         return _local_store(c, s, lanes, npd, value)
     storage = _flat_storage(c, buf)
@@ -371,12 +375,12 @@ def compile_store(c: SimtCompiler, s: S.BufferStore) -> StmtFn:
     o_axis, p_axis = _lane_axis(c, s.indices[0], lanes), _lane_axis(c, s.predicate, lanes)
     v_axis = _lane_axis(c, s.value, lanes)
     def vstore(env: Env) -> None:
-        v = _expand(np.asarray(value(env), npd), shape, v_axis)
-        flat = storage(env)
         live = live_of()
         if pred is not None:
             p = _expand(np.asarray(pred(env), bool), shape, p_axis)
             live = p if live is None else (p & live)
+        v = _expand(np.asarray(_under(state, live, lanes, value, env), npd), shape, v_axis)
+        flat = storage(env)
         o = _expand(offsets(env, flat.shape[0], live), shape, o_axis)
         try:
             if live is None:
@@ -391,6 +395,20 @@ def compile_store(c: SimtCompiler, s: S.BufferStore) -> StmtFn:
             if hot is not None:
                 hot.append(site)
     return vstore
+
+
+def _under(state: Any, live: np.ndarray | None, lanes: int, value: ExprFn, env: Env) -> Any:
+    """``value(env)`` with the store's live lanes as the vector lane mask: a predicated vector
+    store's masked-off lanes (a vector tail) may divide by a zero that nobody stores, which the
+    GPU (and the CPU codegen, see llvm_base._int_division) does not trap on either."""
+    if live is None or lanes == 1:
+        return value(env)
+    v0 = state.vmask
+    state.vmask = np.broadcast_to(live, (state.T, lanes))
+    try:
+        return value(env)
+    finally:
+        state.vmask = v0
 
 
 def _uniform_store(c: SimtCompiler, s: S.BufferStore, storage: Callable[[Env], Any],
@@ -448,12 +466,12 @@ def _local_store(c: SimtCompiler, s: S.BufferStore, lanes: int, npd: np.dtype, v
     v_axis = _lane_axis(c, s.value, lanes)
     rows = np.broadcast_to(np.arange(T) if lanes == 1 else np.arange(T)[:, None], shape)
     def vstore(env: Env) -> None:
-        v = _expand(np.asarray(value(env), npd), shape, v_axis)
-        cells = cells_of(env)
         live = live_of()
         if pred is not None:
             p = _expand(np.asarray(pred(env), bool), shape, p_axis)
             live = p if live is None else (p & live)
+        v = _expand(np.asarray(_under(state, live, lanes, value, env), npd), shape, v_axis)
+        cells = cells_of(env)
         o = _expand(offsets(env, len(cells), live), shape, o_axis)
         err = _oob(c, buf, where, o, live, len(cells), shape)
         if err is not None:

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arith import intrin_eval
 from ..errors import TecompError
 from ..ir import dtype as dt
 from ..ir import expr as E  # noqa: N812
@@ -436,7 +437,7 @@ class SimtCompiler(I._Compiler):
         if not buf.scope.startswith("shared"):
             raise TecompError(f"a GPU kernel can allocate 'shared' or 'local' memory, not "
                               f"'{buf.scope}' ({buf.name})")
-        npd, body, state, by_name = dt.to_numpy(buf.dtype), self.stmt(s.body), self.state, self.by_name
+        npd, body, state, by_name = dt.storage_numpy(buf.dtype), self.stmt(s.body), self.state, self.by_name
         dims = [self.expr(x) for x in buf.shape]
         strides = [self.expr(x) for x in buf.strides]
         poison, data, key, live, limit = self.poison, buf.data, id(s), self.smem_live, self.smem_limit
@@ -466,7 +467,7 @@ class SimtCompiler(I._Compiler):
 
     def _alloc_local(self, s: S.Allocate) -> StmtFn:
         buf = s.buffer
-        npd, body, state, by_name = dt.to_numpy(buf.dtype), self.stmt(s.body), self.state, self.by_name
+        npd, body, state, by_name = dt.storage_numpy(buf.dtype), self.stmt(s.body), self.state, self.by_name
         dims = [self.expr(x) for x in buf.shape]
         strides = [self.expr(x) for x in buf.strides]
         poison, data = self.poison, buf.data
@@ -508,12 +509,12 @@ class SimtCompiler(I._Compiler):
     def _u_load(self, e: E.BufferLoad) -> ExprFn:
         from .gpu_memory import compile_uniform_load
 
-        return compile_uniform_load(self, e)
+        return _widen_half(e, compile_uniform_load(self, e))
 
     def _v_load(self, e: E.BufferLoad) -> ExprFn:
         from .gpu_memory import compile_varying_load
 
-        return compile_varying_load(self, e)
+        return _widen_half(e, compile_varying_load(self, e))
 
     # varying expressions ---------------------------------------------------------------------
 
@@ -526,7 +527,7 @@ class SimtCompiler(I._Compiler):
         fn = self.expr(e)
         if self.varies(e):
             return fn
-        T, npd, lanes = self.state.T, dt.to_numpy(e.dtype), dt.lanes(e.dtype)
+        T, npd, lanes = self.state.T, dt.value_numpy(e.dtype), dt.lanes(e.dtype)
         if lanes == 1:
             return lambda env: np.full(T, fn(env), npd)
         return lambda env: np.tile(np.asarray(fn(env), npd), (T, 1))
@@ -554,7 +555,7 @@ class SimtCompiler(I._Compiler):
             fn = I._INT_VECTOR[op]
         if op in (E.Add, E.Sub, E.Mul) and isinstance(e.b, (E.IntImm, E.FloatImm)):
             # a 0-d array of the dtype: numpy mixes it with arrays faster than a Python scalar
-            c = np.array(e.b.value, dt.to_numpy(e.dtype))
+            c = np.array(e.b.value, dt.value_numpy(e.dtype))
             return lambda env: fn(fa(env), c)
         return lambda env: fn(fa(env), fb(env))
 
@@ -592,7 +593,7 @@ class SimtCompiler(I._Compiler):
         return lambda env: np.logical_not(fa(env))
 
     def _v_select(self, e: E.Select) -> ExprFn:
-        npd, state = dt.to_numpy(e.dtype), self.state
+        npd, state = dt.value_numpy(e.dtype), self.state
         cond = self.expr(e.cond)
         vec_cond = dt.lanes(e.cond.dtype) > 1
         if not vec_cond and not self.varies(e.cond):
@@ -624,7 +625,7 @@ class SimtCompiler(I._Compiler):
         return vselect
 
     def _v_vector_select(self, e: E.Select, cond: ExprFn) -> ExprFn:
-        lanes, npd, state, mcell = dt.lanes(e.dtype), dt.to_numpy(e.dtype), self.state, self.mask
+        lanes, npd, state, mcell = dt.lanes(e.dtype), dt.value_numpy(e.dtype), self.state, self.mask
         T = state.T
         self.masked_depth += 1  # uniform loads inside consult the interpreter's lane mask
         try:
@@ -657,6 +658,14 @@ class SimtCompiler(I._Compiler):
         fv, src, dst = self.expr(e.value), e.value.dtype, e.dtype
         if src == dst:
             return fv
+        if dt.is_half(dst):  # one rounding to 16 bits, held as float32 (the interpreter's)
+            if dt.is_float(src):
+                return lambda env: dt.round_to(fv(env), dst)
+            return lambda env: dt.round_to(np.asarray(fv(env)).astype(np.float64), dst)
+        if dt.is_half(src):
+            src = dt.compute_dtype(src)
+            if dt.element(src) == dt.element(dst):
+                return fv
         npd = dt.to_numpy(dst)
         if dt.is_bool(dst):
             return lambda env: np.asarray(fv(env)) != 0
@@ -677,12 +686,19 @@ class SimtCompiler(I._Compiler):
         if e.name in I._PREDICATES:
             pfn = I._PREDICATES[e.name]
             return lambda env: pfn(*[a(env) for a in args])
+        if e.name == "reinterpret":
+            rfn, (r0,) = intrin_eval.reinterpret_fn(e.args[0].dtype, e.dtype, True), args
+            return lambda env: rfn(r0(env))
+        if e.name in intrin_eval.INT_NAMES:
+            ifn = intrin_eval.int_vector_fn(e.name, e.args[0].dtype, e.dtype)
+            assert ifn is not None
+            return lambda env: ifn(*[a(env) for a in args])
         if not dt.is_float(e.dtype):
             if e.name not in ("abs", "fabs", "floor", "ceil", "round", "trunc", "nearbyint", "rint"):
                 raise TecompError(f"unknown intrinsic {e.name!r} for {e.dtype} in {e}")
             (a0,) = args
             return (lambda env: np.abs(a0(env))) if e.name in ("abs", "fabs") else a0
-        ffn = I._float_fns(dt.to_numpy(e.dtype)).get(e.name)
+        ffn = I._float_fns(dt.value_numpy(e.dtype)).get(e.name)
         if ffn is None:
             raise TecompError(f"unknown intrinsic {e.name!r} in {e}")
         if len(args) == 1:
@@ -723,7 +739,7 @@ class SimtCompiler(I._Compiler):
             if self.varies(a):
                 raise TecompError(f"{SHFL_XOR}: {name} must be the same for every thread: {e}")
         fm, fv, fb, fw = (self.expr(a) for a in e.args)
-        state, T, npd = self.state, self.state.T, dt.to_numpy(e.dtype)
+        state, T, npd = self.state, self.state.T, dt.value_numpy(e.dtype)
         vval = self.varies(a_value)
         site = f"`{e}` in `{self._where}`"
         path = "\n".join(f"  {'  ' * k}{h}" for k, h in enumerate([*self._path, self._where]))
@@ -885,3 +901,13 @@ _STMTS: dict[type, Callable[[SimtCompiler, Any], StmtFn]] = {
     S.Evaluate: _C._s_evaluate, S.AttrStmt: _C._s_attr, S.Allocate: _C._s_alloc,
     S.BufferStore: _C._s_store,
 }
+
+
+def _widen_half(e: E.BufferLoad, load: ExprFn) -> ExprFn:
+    """16-bit float storage -> float32 values (exact: cvt.f32.f16, a shift for bfloat16)."""
+    el = dt.element(e.buffer.dtype)
+    if el == "bfloat16":
+        return lambda env: dt.bf16_bits_to_f32(load(env))
+    if el == "float16":
+        return lambda env: np.asarray(load(env), np.float32)
+    return load

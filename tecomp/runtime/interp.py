@@ -26,6 +26,8 @@ Semantics the backends must match:
   * ``round`` rounds half to even, like ``np.round`` (codegen uses ``llvm.roundeven``);
     ``nearbyint``/``rint`` are the same. ``fma`` is computed in float64 and rounded once more (exact for float16/32 inputs
     up to a double rounding, approximate for float64).
+  * Bit intrinsics (shifts take the amount modulo the width), ``reinterpret``, ``exp10``
+    and ``ldexp``: `tecomp.arith.intrin_eval`, shared with the GPU emulator.
   * VectorReduce folds the lanes left to right with the scalar semantics above (an ordered
     reduction, like ``llvm.vector.reduce.fadd`` without reassociation).
   * Every loop kind runs sequentially in order; AttrStmt is ignored.
@@ -43,6 +45,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..arith import intrin_eval
 from ..errors import TecompError
 from ..ir import dtype as dt
 from ..ir import expr as E  # noqa: N812
@@ -108,7 +111,20 @@ def run(
 
 
 def _bind_args(func: S.PrimFunc, args: Sequence[Any]) -> tuple[Env, list[tuple[np.ndarray, np.ndarray]]]:
-    """Check the arrays against the buffers, bind symbolic dims, build the initial env."""
+    """Check the arrays against the buffers, bind symbolic dims, build the initial env.
+
+    A function with scalar parameters (``attrs["scalar_params"]``: te.vars in the argument
+    list) takes them at their places among the arrays, as a compiled kernel does."""
+    scalars: list[tuple[E.Var, Any]] = []
+    spos = func.attrs.get("scalar_params")
+    if spos:
+        nuser = len(func.params) + len(spos)
+        if len(args) < nuser:
+            raise TypeError(f"{func.name} takes {nuser} arguments (arrays and scalars), got "
+                            f"{len(args)}")
+        at = {p for p, _ in spos}
+        scalars = [(v, args[p]) for p, v in spos]
+        args = [x for k, x in enumerate(args[:nuser]) if k not in at] + list(args[nuser:])
     nparam, ndim = len(func.params), len(func.dim_vars)
     if len(args) not in (nparam, nparam + ndim):
         raise TypeError(
@@ -136,7 +152,10 @@ def _bind_args(func: S.PrimFunc, args: Sequence[Any]) -> tuple[Env, list[tuple[n
         name = f"{func.name} argument {k} ({buf.name})"
         if not isinstance(arr, np.ndarray):
             raise TypeError(f"{name} must be a numpy array, got {type(arr).__name__}")
-        if arr.dtype.name != dt.element(buf.dtype):
+        el = dt.element(buf.dtype)
+        if el == "bfloat16" and arr.dtype.name in ("bfloat16", "uint16"):
+            arr = arr.view(np.uint16)  # computed from its bits: no ml_dtypes needed here
+        elif arr.dtype.name != el:
             raise ValueError(f"{name}: dtype is {arr.dtype.name}, expected {buf.dtype}")
         if arr.ndim != buf.ndim:
             raise ValueError(f"{name}: has {arr.ndim} dims, expected {buf.ndim} {list(buf.shape)}")
@@ -158,6 +177,17 @@ def _bind_args(func: S.PrimFunc, args: Sequence[Any]) -> tuple[Env, list[tuple[n
         else:
             flat = arr.reshape(-1)
         env[buf.data] = Pointer(flat, 0)
+    for v, x in scalars:
+        from .args import ParamSpec, check_scalar
+
+        val = check_scalar(f"{func.name} scalar argument {v.name}",
+                           ParamSpec(v.name, dt.element(v.dtype), (), scalar=True), x)
+        if dt.is_float(v.dtype):
+            val = dt.to_numpy(v.dtype).type(val)
+        prev = env.setdefault(v, val)
+        if prev != val:
+            raise ValueError(f"{func.name} scalar argument {v.name} is {val}, but {v.name} = "
+                             f"{prev} from the argument shapes")
     for e, value, what in deferred:
         try:
             got = _Compiler({}, False, None).expr(e)(env)
@@ -223,6 +253,7 @@ def _float_fns(npd: np.dtype) -> dict[str, Callable[..., Any]]:
         "sinh": np.sinh, "cosh": np.cosh, "fmin": np.fmin, "fmax": np.fmax, "fmod": np.fmod,
         "copysign": np.copysign,
         "fma": lambda a, b, c: (np.float64(a) * np.float64(b) + np.float64(c)).astype(npd),
+        **intrin_eval.float_fns(npd),
     }
 
 
@@ -325,7 +356,7 @@ class _Compiler:
 
     def _allocate(self, s: S.Allocate) -> StmtFn:
         buf, body, by_name = s.buffer, self.stmt(s.body), self.by_name
-        npd = dt.to_numpy(buf.dtype)
+        npd = dt.storage_numpy(buf.dtype)
         shape = [self.expr(x) for x in buf.shape]
         strides = [self.expr(x) for x in buf.strides]
         poison, data = self.poison, buf.data
@@ -355,10 +386,21 @@ class _Compiler:
         buf = s.buffer
         if dt.element(s.value.dtype) != dt.element(buf.dtype):
             raise TecompError(f"storing {s.value.dtype} into {buf.dtype} buffer {buf.name}: {s}")
-        value = self.expr(s.value)
         lanes = max([dt.lanes(s.value.dtype)] + [dt.lanes(i.dtype) for i in s.indices])
+        # a predicated vector store's value is evaluated lane-masked, as a vector Select's
+        # sides are: its masked-off lanes (a vector tail) may divide by a zero nobody stores
+        masked_value = lanes > 1 and s.predicate is not None
+        self.masked_depth += masked_value
+        try:
+            value = self.expr(s.value)
+        finally:
+            self.masked_depth -= masked_value
         storage = self._storage(buf)
-        npd = dt.to_numpy(buf.dtype)
+        npd = dt.value_numpy(buf.dtype)
+        if dt.element(buf.dtype) == "bfloat16":  # float32 values -> bits (RNE) on store
+            v32 = value
+            value = lambda env: dt.f32_to_bf16_bits(v32(env))  # noqa: E731
+            npd = np.dtype(np.uint16)
         if lanes == 1 and s.predicate is None:
             offset = self._scalar_offset(buf, s.indices, s)
             def store(env: Env) -> None:
@@ -372,10 +414,20 @@ class _Compiler:
             return store
         offsets = self._vector_offsets(buf, s.indices, lanes, s)
         pred = self.expr(s.predicate) if s.predicate is not None else None
+        mcell = self.mask
         def vstore(env: Env) -> None:
-            v = np.broadcast_to(np.asarray(value(env), npd), (lanes,))
-            flat = storage(env)
             m = None if pred is None else np.broadcast_to(np.asarray(pred(env), bool), (lanes,))
+            if m is None:
+                v = np.broadcast_to(np.asarray(value(env), npd), (lanes,))
+            else:
+                old = mcell[0]
+                outer = _lane_mask(old, lanes)  # None outside a vector Select (statement level)
+                mcell[0] = m if outer is None else m & outer
+                try:
+                    v = np.broadcast_to(np.asarray(value(env), npd), (lanes,))
+                finally:
+                    mcell[0] = old
+            flat = storage(env)
             o = offsets(env, flat, m)
             sel = slice(None) if m is None else m
             flat[o[sel]] = v[sel]
@@ -385,7 +437,7 @@ class _Compiler:
 
     def _storage(self, buf: Buffer) -> Callable[[Env], np.ndarray]:
         """The flat storage of ``buf`` viewed as its dtype (storage may be shared/reinterpreted)."""
-        data, npd, by_name = buf.data, dt.to_numpy(buf.dtype), self.by_name
+        data, npd, by_name = buf.data, dt.storage_numpy(buf.dtype), self.by_name
         def storage(env: Env) -> np.ndarray:
             p = env.get(data) or by_name.get(buf.name)
             if p is None:
@@ -464,8 +516,22 @@ class _Compiler:
         buf = e.buffer
         if dt.element(e.dtype) != dt.element(buf.dtype):
             raise TecompError(f"loading {e.dtype} from {buf.dtype} buffer {buf.name}: {e}")
+        raw = self._raw_load(e)
+        if not dt.is_half(buf.dtype):
+            return raw
+        # 16-bit storage, float32 values (exact widening)
+        if dt.element(buf.dtype) == "bfloat16":
+            if dt.lanes(e.dtype) > 1:
+                return lambda env: dt.bf16_bits_to_f32(raw(env))
+            return lambda env: dt.bf16_bits_to_f32(raw(env))[()]
+        if dt.lanes(e.dtype) > 1:
+            return lambda env: np.asarray(raw(env), np.float32)
+        return lambda env: np.float32(raw(env))
+
+    def _raw_load(self, e: E.BufferLoad) -> ExprFn:
+        buf = e.buffer
         storage = self._storage(buf)
-        npd = dt.to_numpy(buf.dtype)
+        npd = dt.storage_numpy(buf.dtype)
         lanes = max([dt.lanes(e.dtype)] + [dt.lanes(i.dtype) for i in e.indices])
         masked, mcell = self.masked_depth > 0, self.mask
         if lanes == 1 and e.predicate is None:
@@ -529,7 +595,9 @@ class _Compiler:
 
     def _imm(self, e: E.IntImm | E.FloatImm | E.StringImm) -> ExprFn:
         v: Any = e.value
-        if isinstance(e, E.FloatImm):
+        if isinstance(e, E.FloatImm) and dt.is_half(e.dtype):
+            v = dt.round_to(np.float64(v), e.dtype)[()]  # a 16-bit value, computed as float32
+        elif isinstance(e, E.FloatImm):
             v = dt.to_numpy(e.dtype).type(v)
         elif dt.is_bool(e.dtype):
             v = bool(v)
@@ -636,6 +704,16 @@ class _Compiler:
         fv, src, dst = self.expr(e.value), e.value.dtype, e.dtype
         if src == dst:
             return fv
+        if dt.is_half(dst):  # one correct rounding to 16 bits, held as float32
+            if dt.lanes(dst) > 1:
+                return lambda env: dt.round_to(fv(env), dst)
+            if dt.is_float(src):
+                return lambda env: dt.round_to(fv(env), dst)[()]
+            return lambda env: dt.round_to(np.float64(int(fv(env))), dst)[()]
+        if dt.is_half(src):  # its value is a float32
+            src = dt.compute_dtype(src)
+            if src == dst:
+                return fv
         npd = dt.to_numpy(dst)
         if dt.lanes(dst) > 1:
             if dt.is_bool(dst):
@@ -686,7 +764,7 @@ class _Compiler:
         return lambda env: iota * fs(env) + fb(env)
 
     def _broadcast(self, e: E.Broadcast) -> ExprFn:
-        fv, lanes, npd = self.expr(e.value), e.lanes, dt.to_numpy(e.dtype)
+        fv, lanes, npd = self.expr(e.value), e.lanes, dt.value_numpy(e.dtype)
         return lambda env: np.full(lanes, fv(env), npd)
 
     def _vector_reduce(self, e: E.VectorReduce) -> ExprFn:
@@ -718,10 +796,17 @@ class _Compiler:
             return args[0]
         if e.extern:
             fn = self.externs.get(e.name)
+            if fn is None:  # te.register_extern: Python implementations of C symbols
+                from ..te.extern import PY_EXTERNS
+
+                fn = PY_EXTERNS.get(e.name)
             if fn is None:
-                raise TecompError(f"extern symbol {e.name!r} is not provided (pass externs=...)")
+                raise TecompError(f"extern symbol {e.name!r} is not provided (pass externs=... "
+                                  "or register it with te.register_extern)")
             conv = self._converter(e.dtype)
             return lambda env: conv(fn(*[a(env) for a in args]))
+        if e.name == "reinterpret":
+            return self._reinterpret(e, args[0])
         if e.name in _PREDICATES:
             pfn = _PREDICATES[e.name]
             if dt.lanes(e.dtype) > 1:
@@ -729,7 +814,7 @@ class _Compiler:
             return lambda env: bool(pfn(*[a(env) for a in args]))
         if not dt.is_float(e.dtype):
             return self._int_call(e, args)
-        ffn = _float_fns(dt.to_numpy(e.dtype)).get(e.name)
+        ffn = _float_fns(dt.value_numpy(e.dtype)).get(e.name)
         if ffn is None:
             raise TecompError(f"unknown intrinsic {e.name!r} in {e}")
         if len(args) == 1:
@@ -737,7 +822,36 @@ class _Compiler:
             return lambda env: ffn(a0(env))
         return lambda env: ffn(*[a(env) for a in args])
 
+    def _reinterpret(self, e: E.Call, a0: ExprFn) -> ExprFn:
+        src, dst, vec = e.args[0].dtype, e.dtype, dt.lanes(e.dtype) > 1
+        if not dt.is_half(src) and not dt.is_half(dst):
+            rfn = intrin_eval.reinterpret_fn(src, dst, vec)
+            return lambda env: rfn(a0(env))
+        # 16-bit floats: their bits are those of the value rounded to 16 bits
+        def bits16(v: Any) -> np.ndarray:
+            if not dt.is_half(src):
+                return np.asarray(v).astype(dt.to_numpy(src)).view(np.uint16)
+            if dt.element(src) == "bfloat16":
+                return dt.f32_to_bf16_bits(v)
+            return np.asarray(v, np.float32).astype(np.float16).view(np.uint16)
+        def from_bits(u: np.ndarray) -> Any:
+            if dt.element(dst) == "bfloat16":
+                r: Any = dt.bf16_bits_to_f32(u)
+            elif dt.element(dst) == "float16":
+                r = u.view(np.float16).astype(np.float32)
+            else:
+                r = u.view(dt.to_numpy(dst))
+                return r if vec else r[()].item()
+            return r if vec else r[()]
+        return lambda env: from_bits(np.asarray(bits16(a0(env))))
+
     def _int_call(self, e: E.Call, args: list[ExprFn]) -> ExprFn:
+        if e.name in intrin_eval.INT_NAMES:  # bits: see tecomp/arith/intrin_eval.py
+            src = e.args[0].dtype
+            fn = (intrin_eval.int_vector_fn(e.name, src, e.dtype) if dt.lanes(e.dtype) > 1
+                  else intrin_eval.int_scalar_fn(e.name, src))
+            assert fn is not None
+            return lambda env: fn(*[a(env) for a in args])
         if e.name not in ("abs", "fabs", "floor", "ceil", "round", "trunc", "nearbyint", "rint"):
             raise TecompError(f"unknown intrinsic {e.name!r} for {e.dtype} in {e}")
         (a0,) = args
@@ -752,7 +866,7 @@ class _Compiler:
         """Bring an extern callable's return value into the interpreter's representation."""
         if dtype in ("handle", "void") or dt.lanes(dtype) > 1:
             return lambda r: r
-        npd = dt.to_numpy(dtype)
+        npd = dt.value_numpy(dtype)
         def conv(r: Any) -> Any:  # C conversion of the return value; None reads as 0
             v = np.asarray(0 if r is None else r).astype(npd)[()]
             return v if npd.kind == "f" else v.item()

@@ -25,7 +25,6 @@ from .tensor import (
     IterVar,
     IterVarKind,
     Operation,
-    PlaceholderOp,
     Range,
     Tensor,
 )
@@ -48,6 +47,14 @@ class FuseRel:
 
 
 @dataclass(eq=False)
+class SingletonRel:
+    """``fuse()`` of no axes: a new outermost loop of extent 1 (TVM's Singleton relation), so
+    that generic code can bind/parallelise/compute_at "the fused axis" of any stage."""
+
+    iv: IterVar
+
+
+@dataclass(eq=False)
 class IterAttr:
     """Per-loop annotations."""
 
@@ -65,7 +72,7 @@ class Stage:
         self.op = op
         self.origin_op = op
         self.schedule = schedule
-        self.relations: list[SplitRel | FuseRel] = []
+        self.relations: list[SplitRel | FuseRel | SingletonRel] = []
         self.iter_var_attrs: dict[IterVar, IterAttr] = {}
         self.attach_type = "root"  # root | inline | scope
         self.attach_stage: Stage | None = None
@@ -164,12 +171,20 @@ class Stage:
         return xo, yo, xi, yi
 
     def fuse(self, *axes: IterVar) -> IterVar:
-        """Fuse consecutive leaf axes (outermost first) into one loop."""
+        """Fuse consecutive leaf axes (outermost first) into one loop.
+
+        With no axes (TVM's special case) a new outermost loop of extent 1 named
+        ``singleton`` is returned: it iterates once, and can be bound, parallelised or used as
+        a compute_at target like any other leaf.
+        """
         self._require_compute("fuse")
         if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
             axes = tuple(axes[0])
         if not axes:
-            raise self._err("fuse needs at least one axis")
+            one = self._new_iv("singleton", IterVarKind.DATA_PAR)
+            self.relations.append(SingletonRel(one))
+            self.leaf_iter_vars.insert(0, one)
+            return one
         idx = [self._leaf_index(a, "fuse") for a in axes]
         for a, b in zip(idx, idx[1:]):
             if b != a + 1:
@@ -190,12 +205,18 @@ class Stage:
         return cur
 
     def reorder(self, *axes: IterVar) -> None:
-        """Put ``axes`` in this order, in the positions they occupy among the leaves."""
+        """Put ``axes`` in this order, in the positions they occupy among the leaves.
+
+        As in TVM, a subset may be given: the listed axes are permuted among their own slots
+        and every other leaf keeps its position (``reorder(d, a)`` of ``a, b, c, d`` gives
+        ``d, b, c, a``).
+        """
         if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
             axes = tuple(axes[0])
         idx = [self._leaf_index(a, "reorder") for a in axes]
         if len(set(idx)) != len(idx):
-            raise self._err("reorder: an axis is listed twice")
+            twice = next(a for k, a in enumerate(axes) if idx.index(idx[k]) != k)
+            raise self._err(f"reorder: an axis is listed twice ('{twice.name}')")
         for pos, a in zip(sorted(idx), axes):
             self.leaf_iter_vars[pos] = a
 
@@ -474,11 +495,13 @@ class Schedule:
         self._replace_op(st, copy_op, keep_axes=False)
         return cache_t
 
-    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
+    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor | list[Tensor]:
         """Turn reduction leaf ``axis`` into a spatial axis of a new partial-sum stage.
 
         The original stage then reduces the partial results over that axis. Used to parallelise
-        or vectorise reductions with little spatial parallelism.
+        or vectorise reductions with little spatial parallelism. A reduction of several values
+        (``T0, T1 = te.compute(..., argmax((idx, val), axis=k))``) returns one partial tensor
+        per value, as TVM does.
         """
         from .rfactor import rfactor as _rfactor
 
@@ -521,7 +544,7 @@ def create_schedule(ops: Operation | Tensor | Sequence[Operation | Tensor]) -> S
     out: list[Operation] = []
     for o in items:
         op = o.op if isinstance(o, Tensor) else o
-        if not isinstance(op, (ComputeOp, PlaceholderOp)):
+        if not isinstance(op, Operation):  # compute, placeholder, extern (extern.py), scan
             raise ScheduleError(f"create_schedule: expected an operation or tensor, got {o!r}")
         out.append(op)
     return Schedule(out)

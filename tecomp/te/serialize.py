@@ -107,8 +107,12 @@ class _Writer:
                      "attrs": _plain_attrs(op), "axis": [self.itervar(iv) for iv in op.axis],
                      "body": [self.expr(b) for b in op.body]}
         else:
+            # an extern body is arbitrary IR over declared buffers (and may name symbols only
+            # this process has loaded), a scan's state wiring has no JSON form yet: neither
+            # can reach a tuning worker, so such a computation cannot be tuned
             raise TecompError(f"cannot serialize operation {op.name} of kind {type(op).__name__}: "
-                              "only placeholders and computes are data")
+                              "only placeholders and computes are data (computations with "
+                              "te.extern or te.scan stages cannot be tuned; schedule them by hand)")
         k = self.op_ids[id(op)] = len(self.ops)
         self.ops.append(entry)
         return k

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TecompError
@@ -73,6 +73,39 @@ class _ExprOps:
 
     def __ge__(self, o: ExprLike) -> Expr:
         return self.as_expr() >= o
+
+    def __and__(self, o: ExprLike) -> Expr:
+        return self.as_expr() & o
+
+    def __rand__(self, o: ExprLike) -> Expr:
+        return o & self.as_expr()
+
+    def __or__(self, o: ExprLike) -> Expr:
+        return self.as_expr() | o
+
+    def __ror__(self, o: ExprLike) -> Expr:
+        return o | self.as_expr()
+
+    def __xor__(self, o: ExprLike) -> Expr:
+        return self.as_expr() ^ o
+
+    def __rxor__(self, o: ExprLike) -> Expr:
+        return o ^ self.as_expr()
+
+    def __lshift__(self, o: ExprLike) -> Expr:
+        return self.as_expr() << o
+
+    def __rlshift__(self, o: ExprLike) -> Expr:
+        return o << self.as_expr()
+
+    def __rshift__(self, o: ExprLike) -> Expr:
+        return self.as_expr() >> o
+
+    def __rrshift__(self, o: ExprLike) -> Expr:
+        return o >> self.as_expr()
+
+    def __invert__(self) -> Expr:
+        return ~self.as_expr()
 
     # == and != stay identity comparisons: IterVars and Tensors are used as dict keys and list
     # members all over the schedule code.
@@ -214,10 +247,12 @@ class Tensor(_ExprOps):
     def ndim(self) -> int:
         return len(self.shape)
 
-    def __getitem__(self, idx: Any) -> Expr:
+    def __getitem__(self, idx: Any) -> Any:
+        """``A[i, j]`` loads an element; ``A[i]`` of a 2-D tensor is a `TensorSlice` that
+        ``A[i][j]`` completes (TVM's chained indexing)."""
         if not isinstance(idx, tuple):
             idx = (idx,)
-        if len(idx) != len(self.shape):
+        if len(idx) > len(self.shape) or (not idx and self.shape):
             raise TecompError(
                 f"tensor {self.name} has {len(self.shape)} dimensions but was indexed with "
                 f"{len(idx)} indices"
@@ -230,7 +265,18 @@ class Tensor(_ExprOps):
                     f"index {k} of tensor {self.name} must be a scalar integer, got {e.dtype}"
                 )
             exprs.append(e)
+        if len(exprs) < len(self.shape):
+            return TensorSlice(self, tuple(exprs))
         return ProducerLoad(self, tuple(exprs))
+
+    def __call__(self, *indices: Any) -> Expr:
+        """``A(i, j)`` is ``A[i, j]`` (TVM's call syntax, e.g. ``A(*i)`` in a lambda); unlike
+        ``A[i]``, a call takes every index at once (no slice), as in TVM."""
+        if len(indices) != len(self.shape):
+            raise TecompError(
+                f"tensor {self.name} has {len(self.shape)} dimensions but was called with "
+                f"{len(indices)} indices")
+        return self[indices]  # type: ignore[no-any-return]
 
     def as_expr(self) -> Expr:
         if self.shape:
@@ -241,6 +287,38 @@ class Tensor(_ExprOps):
         return f"Tensor({self.name}, shape=({', '.join(map(str, self.shape))}), {self.dtype})"
 
     __str__ = __repr__
+
+
+class TensorSlice(_ExprOps):
+    """``A[i]`` of a tensor of higher rank (TVM's TensorSlice): index it further
+    (``A[i][j]``) until every dimension has an index; using it as a value before that is an
+    error naming the tensor."""
+
+    def __init__(self, tensor: Tensor, indices: tuple[Expr, ...]) -> None:
+        self.tensor = tensor
+        self.indices = indices
+
+    def __getitem__(self, idx: Any) -> Any:
+        more = idx if isinstance(idx, tuple) else (idx,)
+        have = len(self.indices) + len(more)
+        if have > len(self.tensor.shape):
+            raise TecompError(
+                f"tensor {self.tensor.name} has {len(self.tensor.shape)} dimensions but was "
+                f"indexed with {have} indices (chained indexing)")
+        return self.tensor[(*self.indices, *more)]
+
+    @property
+    def dtype(self) -> str:
+        return self.tensor.dtype
+
+    def as_expr(self) -> Expr:
+        raise TecompError(
+            f"tensor {self.tensor.name} has {len(self.tensor.shape)} dimensions but was indexed "
+            f"with {len(self.indices)} indices where a value is needed (a partial index is a "
+            f"slice: complete it, e.g. {self.tensor.name}[i][j])")
+
+    def __repr__(self) -> str:
+        return f"TensorSlice({self.tensor.name}, {len(self.indices)} of {len(self.tensor.shape)} indices)"
 
 
 class PlaceholderOp(Operation):
@@ -294,14 +372,6 @@ class ComputeOp(Operation):
         for b in self.body:
             v.visit(b)
         return found
-
-
-@dataclass(eq=False)
-class ExternOp(Operation):
-    """Placeholder for future extern ops; kept so isinstance checks read naturally."""
-
-    name: str
-    attrs: dict[str, Any] = field(default_factory=dict)
 
 
 def placeholder(shape: Sequence[ExprLike] | ExprLike, dtype: str = "float32", name: str = "placeholder") -> Tensor:

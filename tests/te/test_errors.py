@@ -285,7 +285,9 @@ def test_reduction_declaration_errors():
 def test_indexing_and_shape_errors():
     A, C = ew2d()
     with pytest.raises(tc.TecompError, match=r"tensor A has 2 dimensions but was indexed with 1"):
-        A[1]
+        A[1] + 1  # A[1] alone is a slice (TVM's TensorSlice, completed by A[1][j])
+    with pytest.raises(tc.TecompError, match=r"tensor A has 2 dimensions but was indexed with 3"):
+        A[1, 0, 0]
     with pytest.raises(tc.TecompError, match=r"index 0 of tensor A must be a scalar integer, got float32"):
         A[1.5, 0]
     with pytest.raises(tc.TecompError, match=r"compute E: fcompute takes 1 arguments but the shape has 2"):
