@@ -126,3 +126,18 @@ def test_integer_division_in_a_masked_vector_tail_ignores_the_masked_lanes():
         f.emulate(a, c, out)
     with pytest.raises(ZeroDivisionError):
         interp.run(tc.lower(s, [A, C, B]), a, c, out)
+
+
+@pytest.mark.parametrize("name", ["tan", "sin", "hypot", "expf", "memcpy"])
+def test_a_kernel_named_like_a_c_library_function_is_refused(name):
+    # LLVM lowers math to calls of libm's symbols; a kernel of that name was called instead
+    # (a kernel "tan" computing tan recursed until the process segfaulted)
+    A = te.placeholder((16,), "float64", name="A")
+    B = te.compute((16,), lambda i: te.tan(A[i]), name="B")
+    s = te.create_schedule(B.op)
+    with pytest.raises(tc.CodegenError, match=f"kernel name '{name}' is a C library function"):
+        tc.build(s, [A, B], name=name)
+    f = tc.build(s, [A, B], name=f"{name}_kernel")
+    a, b = np.linspace(-1, 1, 16), np.zeros(16)
+    f(a, b)
+    np.testing.assert_allclose(b, np.tan(a), rtol=1e-12)

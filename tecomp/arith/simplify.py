@@ -136,7 +136,16 @@ def _holds(u: str, t: str) -> bool:
         if dt.is_uint(t) == dt.is_uint(u):
             return dt.bits(u) >= dt.bits(t)
         return dt.is_uint(t) and dt.bits(u) > dt.bits(t)
-    return dt.is_float(t) and dt.is_float(u) and dt.bits(u) >= dt.bits(t)
+    if not (dt.is_float(t) and dt.is_float(u)):
+        return False
+    # every value survives only if both the exponent range and the mantissa are at least as
+    # wide: float16 (5, 10) and bfloat16 (8, 7) do not hold each other although both are 16 bits
+    (eu, mu), (et, mt) = _FLOAT_FORMAT[dt.element(u)], _FLOAT_FORMAT[dt.element(t)]
+    return eu >= et and mu >= mt
+
+
+# (exponent bits, mantissa bits) of each float dtype
+_FLOAT_FORMAT = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52)}
 
 
 def _decide(op: type[CmpOp], lo: Ext, hi: Ext) -> bool | None:

@@ -25,7 +25,7 @@ from llvmlite import ir
 
 from ..errors import CodegenError, TecompError
 from ..ir import dtype as dt
-from .llvm_common import call_intrinsic, call_per_lane, cast, const, declare, emit_math_call
+from .llvm_common import call_intrinsic, call_per_lane, const, declare, emit_math_call
 
 LIBDEVICE_FILE = "libdevice.10.bc"
 
@@ -187,11 +187,10 @@ def _ldexp(b: ir.IRBuilder, x: ir.Value, n: ir.Value, el: str) -> ir.Value:
 
 def _float_math(b: ir.IRBuilder, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
     el = dt.element(dtype)
-    if el == "float16":  # libdevice has float and double functions; compute in float32
-        f32 = dt.with_lanes("float32", dt.lanes(dtype))
-        wide = [cast(b, a, dtype, f32) if i == 0 or name != "ldexp" else a  # ldexp's n: i32
-                for i, a in enumerate(args)]
-        return cast(b, _float_math(b, name, wide, f32), f32, dtype)
+    if dt.is_half(el):
+        # 16-bit floats are float32 values in registers (llvm_common.llvm_type): float32's
+        # math, unrounded, as on the CPU and in the emulator; the value rounds when stored
+        return _float_math(b, name, args, dt.compute_dtype(dtype))
     if name == "isnan":
         return b.fcmp_unordered("uno", args[0], args[0])
     if name in ("isinf", "isfinite"):

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from llvmlite import ir
 
+from ..errors import CodegenError
 from ..ir import dtype as dt
 from ..ir import stmt as S  # noqa: N812
 from . import vecmath
@@ -25,6 +26,17 @@ from .llvm_common import I32, I64, PTR, VOID, declare, emit_math_call, llvm_type
 from .llvm_jit import data_layout
 from .parallel import emit_parallel_for
 from .target import Target
+
+# C library symbols that LLVM's code for a kernel may call (libm in float, double and long
+# double forms, and the memory builtins): no kernel may take one of these names
+_LIBM = (
+    "acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh erf erfc exp exp10 exp2 "
+    "expm1 fabs fdim floor fma fmax fmin fmod frexp hypot ldexp lgamma llrint llround log log10 "
+    "log1p log2 logb lrint lround modf nan nearbyint nextafter pow remainder rint round scalbn "
+    "sin sincos sinh sqrt tan tanh tgamma trunc").split()
+C_LIBRARY_NAMES = frozenset(
+    [*_LIBM, *(n + "f" for n in _LIBM), *(n + "l" for n in _LIBM),
+     "memcpy", "memmove", "memset", "memcmp", "abs", "labs", "malloc", "free", "abort"])
 
 
 class CodegenCPU(CodegenLLVM):
@@ -50,6 +62,12 @@ class CodegenCPU(CodegenLLVM):
     def add_function(self, func: S.PrimFunc) -> ir.Function:
         """Generate ``func`` as an exported C-ABI kernel of the module."""
         self.check_kernel(func)
+        if func.name in C_LIBRARY_NAMES:
+            # LLVM lowers math (llvm.sin.f64, a scalar tan, memcpy) to calls of these C symbols,
+            # which would then resolve to the kernel itself: endless recursion, a segfault
+            raise CodegenError(
+                f"kernel name {func.name!r} is a C library function that generated code may "
+                f"call; choose another name (e.g. '{func.name}_kernel')")
         nb = len(func.params)
         scalars = [llvm_type(v.dtype) for v in c_scalar_params(func)]
         fnty = ir.FunctionType(I32, [PTR] * nb + [I64] * len(func.dim_vars) + scalars)

@@ -476,3 +476,13 @@ def test_long_sums_do_not_blow_up() -> None:
     assert "*" not in text and text.count("+") == 59, text  # the plain sum of the 60 vars
     env = {v: k for k, v in enumerate(vs)}
     assert evaluate(s, env) == sum(range(60))
+
+
+def test_a_float_round_trip_goes_away_only_through_a_wider_format() -> None:
+    # float16 (5 exponent, 10 mantissa bits) and bfloat16 (8, 7) are both 16 bits but neither
+    # holds the other's values: only float32 (8, 23) and float64 hold both
+    h16, b16 = Var("h", "float16"), Var("g", "bfloat16")
+    assert simplify(Cast("float16", Cast("float32", h16))) is h16
+    assert simplify(Cast("bfloat16", Cast("float64", b16))) is b16
+    for e in (Cast("float16", Cast("bfloat16", h16)), Cast("bfloat16", Cast("float16", b16))):
+        assert isinstance(simplify(e), Cast) and isinstance(simplify(e).value, Cast)

@@ -48,3 +48,23 @@ def test_half_kernel_ptx_and_emulation(dtype: str, arch: str) -> None:
     assert (np.isnan(c.astype(np.float32)) == nan).all()
     assert (c.view(np.uint16)[~nan] == want.view(np.uint16)[~nan]).all()
     np.testing.assert_array_equal(d, c.astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype, cvt", [("float16", "cvt.rn.f16.f32"), ("bfloat16", "cvt.rn.bf16.f32")])
+def test_half_math_is_float32_math_rounded_once_on_store(dtype: str, cvt: str) -> None:
+    # libdevice has no 16-bit functions: exp runs in float32 and its result feeds the multiply
+    # unrounded, as on the CPU and in the emulator; the only rounding is the store's
+    A = te.placeholder((256,), dtype, name="A")
+    B = te.compute((256,), lambda i: te.exp(A[i]) * 3.0, name="B")
+    s = te.create_schedule(B.op)
+    bo, bi = s[B].split(B.op.axis[0], factor=64)
+    s[B].bind(bo, te.thread_axis("blockIdx.x"))
+    s[B].bind(bi, te.thread_axis("threadIdx.x"))
+    f = tc.build(s, [A, B], target="cuda -arch=sm_80")
+    assert f.get_source("ptx").count(cvt) == 1
+    npd = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    a = np.linspace(-3, 3, 256).astype(npd)
+    b = np.zeros(256, npd)
+    f.emulate(a, b)
+    ref = (np.exp(a.astype(np.float32)) * np.float32(3)).astype(npd)
+    np.testing.assert_array_equal(b.astype(np.float32), ref.astype(np.float32))
