@@ -1,12 +1,16 @@
-"""SIMT fp32 GEMM on an NVIDIA GPU: tecomp's register-blocked shared-memory schedule vs cuBLAS.
+"""SIMT fp32 GEMM and fp16 tensor-core GEMM on an NVIDIA GPU: tecomp's schedules vs cuBLAS.
 
 What runs everywhere: the kernel is lowered for the target, its PTX assembled by ptxas (when
 installed) and the resource report printed (registers, spills, shared memory) for the launch
 configuration; at ``--emulate-n`` (default 256) the same schedule is emulated on the CPU and
 checked against numpy, and the emulation time printed.
 
-With a GPU (cuda-bindings installed, a device present): GFLOP/s of the tecomp kernel and of
-``torch.matmul`` (cuBLAS, TF32 off) on the same device, timed in the same run, and the ratio.
+The tensor-core section does the same for the fp16 GEMM (fp32 accumulate) on
+mma.sync.m16n8k16 + ldmatrix (sm_80+, `tensor_core_gemm_schedule`).
+
+With a GPU (cuda-bindings installed, a device present): GFLOP/s of the tecomp kernels and of
+``torch.matmul`` (cuBLAS; TF32 off for fp32, fp16 for the tensor-core one) on the same device,
+timed in the same run, and the ratios.
 Without one it says plainly "no GPU: skipped".
 
     python benchmarks/gpu_gemm.py                 # 4096^3, sm_80
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +67,163 @@ def gemm_schedule(n: int, block: int = 64, threads: int = 8, kstep: int = 8) -> 
     return s, [A, B, C]
 
 
+def tensor_core_gemm_schedule(
+    m: int, n: int, k: int, dtype: str = "float16", block: tuple[int, int] = (128, 128),
+    warps: tuple[int, int] = (2, 2), kstep: int = 32,
+) -> tuple[te.Schedule, list]:
+    """``C[m, n] = sum_k float32(A[m, k]) * float32(B[k, n])`` on tensor cores (sm_80+).
+
+    A ``block`` tile of C per thread block, ``warps`` warps (threadIdx.y, threadIdx.z) each
+    owning a ``block / warps`` tile held in accumulator fragments; per ``kstep`` slice of k,
+    the block's tiles of A and B are staged in shared memory by all threads (16 bytes per
+    thread and copy), then each warp loads its A (ldmatrix.x4) and B (ldmatrix.x4.trans)
+    fragments 16 deep and issues one mma.m16n8k16 per 16x8 tile of its C tile; the fragments
+    are stored to C directly. threadIdx.x is the lane (32), as the intrinsics require."""
+    from tecomp.te import intrin_cuda as tci
+
+    A = te.placeholder((m, k), dtype, name="A")
+    B = te.placeholder((k, n), dtype, name="B")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r].astype("float32") * B[r, j].astype("float32"),
+                                               axis=r), name="C")
+    s = te.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.cache_read(B, "shared", [C])
+    AF = s.cache_read(AS, tci.MATRIX_A, [C])
+    BF = s.cache_read(BS, tci.MATRIX_B, [C])
+    CF = s.cache_write(C, tci.ACCUMULATOR)
+    bm, bn = block
+    wy, wz = warps
+    wm, wn = bm // wy, bn // wz
+    # the output stage: blocks, warps, then 16x8 tiles stored from the fragments
+    i, j = s[C].op.axis
+    bi, i = s[C].split(i, factor=bm)
+    bj, j = s[C].split(j, factor=bn)
+    wi, i = s[C].split(i, factor=wm)
+    wj, j = s[C].split(j, factor=wn)
+    mi, i16 = s[C].split(i, factor=16)
+    nj, j8 = s[C].split(j, factor=8)
+    s[C].reorder(bi, bj, wi, wj, mi, nj, i16, j8)
+    s[C].bind(bi, te.thread_axis("blockIdx.y"))
+    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    s[C].bind(wi, te.thread_axis("threadIdx.y"))
+    s[C].bind(wj, te.thread_axis("threadIdx.z"))
+    s[C].unroll(mi)
+    s[C].unroll(nj)
+    s[C].tensorize(i16, tci.store_c())
+    # the warp's accumulators
+    s[CF].compute_at(s[C], wj)
+    ci, cj = s[CF].op.axis
+    (ck,) = s[CF].op.reduce_axis
+    ko, ck = s[CF].split(ck, factor=kstep)
+    ki, k16 = s[CF].split(ck, factor=16)
+    cmi, ci16 = s[CF].split(ci, factor=16)
+    cnj, cj8 = s[CF].split(cj, factor=8)
+    s[CF].reorder(ko, ki, cmi, cnj, ci16, cj8, k16)
+    s[CF].unroll(ki)
+    s[CF].unroll(cmi)
+    s[CF].unroll(cnj)
+    s[CF].tensorize(ci16, tci.mma_sync(dtype))
+    # fragments, 16 deep in k
+    s[AF].compute_at(s[CF], ki)
+    s[BF].compute_at(s[CF], ki)
+    ai, ak = s[AF].op.axis
+    ami, ai16 = s[AF].split(ai, factor=16)
+    s[AF].reorder(ami, ai16, ak)
+    s[AF].unroll(ami)
+    s[AF].tensorize(ai16, tci.ldmatrix_a(dtype))
+    bk, bjj = s[BF].op.axis
+    bnj, bj16 = s[BF].split(bjj, factor=16)
+    s[BF].reorder(bnj, bk, bj16)
+    s[BF].unroll(bnj)
+    s[BF].tensorize(bk, tci.ldmatrix_b(dtype, n=16))
+    # shared tiles: 8 elements (16 bytes) per thread and copy
+    for X in (AS, BS):
+        s[X].compute_at(s[CF], ko)
+        row, col = s[X].op.axis
+        col, vec = s[X].split(col, factor=8)  # split before fusing: the 8 stay contiguous
+        fo = s[X].fuse(row, col)
+        fo, tx = s[X].split(fo, factor=32)
+        fo, ty = s[X].split(fo, factor=wy)
+        fo, tz = s[X].split(fo, factor=wz)
+        s[X].reorder(fo, tz, ty, tx, vec)
+        s[X].bind(tx, te.thread_axis("threadIdx.x"))
+        s[X].bind(ty, te.thread_axis("threadIdx.y"))
+        s[X].bind(tz, te.thread_axis("threadIdx.z"))
+        s[X].vectorize(vec)
+    return s, [A, B, C]
+
+
+def _report(f: Any, name: str, arch: str) -> None:
+    res = f.resources
+    if res is None:
+        print(f"ptxas: not run ({f[name].resources_why})")
+        return
+    launch = f[name].launch
+    threads = 1
+    for tag in ("threadIdx.x", "threadIdx.y", "threadIdx.z"):
+        threads *= int(str(launch.get(tag, 1)))
+    lim = f.target.gpu
+    print(f"ptxas {arch}: {res.registers} registers x {threads} threads = "
+          f"{res.registers * threads} of {lim.registers_per_sm} per SM; spills "
+          f"{res.spill_stores}/{res.spill_loads} B; shared {res.shared_bytes} B of "
+          f"{lim.static_smem}; stack {res.stack_frame} B")
+
+
+def tensor_core_section(ns: argparse.Namespace, target: str) -> Any:
+    """The fp16 tensor-core GEMM: ptxas resources at ``--n``, emulation at ``--emulate-n``."""
+    if int(ns.arch.split("_")[1].rstrip("a")) < 80:
+        print(f"tensor-core GEMM: skipped ({ns.arch} has no mma.m16n8k16 with fp32 accumulation)")
+        return None
+    s, args = tensor_core_gemm_schedule(ns.n, ns.n, ns.n)
+    f = tc.build(s, args, target=target, name="hgemm_tc")
+    print(f"tensor-core fp16 GEMM {ns.n}^3 (fp32 accumulate) for {target}: launch "
+          f"{ {k: str(v) for k, v in f['hgemm_tc'].launch.items()} }")
+    _report(f, "hgemm_tc", ns.arch)
+    if ns.emulate_n:
+        n = ns.emulate_n
+        se, argse = tensor_core_gemm_schedule(n, n, n)
+        fe = tc.build(se, argse, target=target)
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((n, n)).astype(np.float16)
+        b = rng.standard_normal((n, n)).astype(np.float16)
+        c = np.zeros((n, n), np.float32)
+        t0 = time.perf_counter()
+        fe.emulate(a, b, c)
+        dt = time.perf_counter() - t0
+        err = float(np.max(np.abs(c - a.astype(np.float32) @ b.astype(np.float32))))
+        print(f"tensor-core GEMM emulated {n}^3 on the CPU in {dt:.2f} s (race detector on); "
+              f"max abs error vs numpy (fp32) {err:.2e}")
+    return f
+
+
+def time_tensor_core(f: Any, ns: argparse.Namespace) -> None:
+    """GFLOP/s of the tensor-core GEMM and of torch.matmul on fp16 (cuBLAS), same device."""
+    import torch
+
+    dev = torch.device("cuda")
+    a_t = torch.randn(ns.n, ns.n, device=dev, dtype=torch.float16)
+    b_t = torch.randn(ns.n, ns.n, device=dev, dtype=torch.float16)
+    c_t = torch.empty(ns.n, ns.n, device=dev, dtype=torch.float32)
+    f(a_t, b_t, c_t)
+    torch.testing.assert_close(c_t, (a_t.float() @ b_t.float()), rtol=1e-2, atol=1e-1)
+    t_ours = f.time_evaluator(number=ns.repeat, repeat=3)(a_t, b_t, c_t).median
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.matmul(a_t, b_t)
+    times = []
+    for _ in range(3):
+        start.record()
+        for _ in range(ns.repeat):
+            torch.matmul(a_t, b_t)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / ns.repeat)
+    t_ref = float(np.median(times))
+    flops = 2.0 * ns.n ** 3
+    print(f"tensor-core fp16: tecomp {flops / t_ours / 1e9:.0f} GFLOP/s, cuBLAS fp16 "
+          f"{flops / t_ref / 1e9:.0f} GFLOP/s: ratio {t_ref / t_ours:.2f}x")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=4096)
@@ -100,6 +262,8 @@ def main() -> None:
         print(f"emulated {ns.emulate_n}^3 on the CPU in {dt:.2f} s (race detector on); "
               f"max abs error vs numpy {err:.2e}")
 
+    ftc = tensor_core_section(ns, target)
+
     from tecomp.runtime.cuda import cuda_available
 
     ok, why = cuda_available()
@@ -107,6 +271,9 @@ def main() -> None:
         print(f"no GPU: skipped ({why})")
         return
     import torch
+
+    if ftc is not None:
+        time_tensor_core(ftc, ns)
 
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda")

@@ -123,6 +123,20 @@ BARRIER = "syncthreads"
 # AttrStmt key: the body is the producer of a shared buffer (``value``: its data Var) marked
 # ``double_buffer()``; passes/inject_double_buffer.py rewrites the enclosing loop and drops it
 DOUBLE_BUFFER_SCOPE = "double_buffer_scope"
+# AttrStmt key: the body is the producer of a shared buffer marked ``pipeline(depth)``; ``value``
+# is ``(data Var, depth)``. passes/inject_software_pipeline.py rewrites the enclosing loop into a
+# ring of ``depth`` tiles loaded with cp.async and drops it
+ASYNC_PIPELINE_SCOPE = "async_pipeline_scope"
+# AttrStmt key (value 1): in the body, a BufferStore into shared memory whose value is a plain
+# load of a global buffer of the same dtype, 4, 8 or 16 bytes per thread, is a ``cp.async``
+# (asynchronous copy; its destination is undefined until the group holding it is waited for);
+# other stores in the body are ordinary ones. See docs/gpu-ir.md, "Software pipelining".
+ASYNC_COPY_SCOPE = "async_copy_scope"
+# Evaluate(Call("int32", CP_ASYNC_COMMIT, ())): close this thread's open cp.async group
+CP_ASYNC_COMMIT = "cp_async_commit_group"
+# Evaluate(Call("int32", CP_ASYNC_WAIT, (IntImm n,))): wait until at most n of this thread's
+# committed groups are still in flight (PTX cp.async.wait_group n)
+CP_ASYNC_WAIT = "cp_async_wait_group"
 
 
 def thread_tag(s: For) -> str | None:

@@ -23,6 +23,7 @@ from ..ir.expr import (
 )
 from ..ir.functor import ExprMutator, StmtMutator, StmtVisitor, free_vars, substitute
 from ..ir.stmt import (
+    ASYNC_PIPELINE_SCOPE,
     DOUBLE_BUFFER_SCOPE,
     THREAD_TAG,
     Allocate,
@@ -260,6 +261,8 @@ class Lowering:
         for st in self.stages:
             if st.double_buffer_:
                 self._check_double_buffer(st)
+            if getattr(st, "pipeline_depth_", 0):
+                self._check_pipeline(st)
             if self.gpu:
                 continue
             for iv, a in st.iter_var_attrs.items():
@@ -320,6 +323,23 @@ class Lowering:
             raise LoweringError(
                 f"stage {st.name}: double_buffer needs the stage computed at a serial loop; "
                 f"'{iv.name}' is bound to {a.bind_thread.thread_tag}")
+
+    def _check_pipeline(self, st: Stage) -> None:
+        """pipeline(depth) needs what double_buffer needs (a shared stage at a serial loop of
+        its consumer) and cp.async, i.e. sm_80 or newer: older archs are refused (use
+        double_buffer there) rather than silently given synchronous loads."""
+        if st.double_buffer_:
+            raise LoweringError(f"stage {st.name}: pipeline() and double_buffer() both rewrite the "
+                                "loop the stage is computed at; use one of them")
+        try:
+            self._check_double_buffer(st)
+        except LoweringError as err:
+            raise LoweringError(str(err).replace("double_buffer", "pipeline")) from None
+        assert self.target is not None and self.target.gpu is not None
+        if self.target.gpu.compute_capability < (8, 0):
+            raise LoweringError(
+                f"stage {st.name}: pipeline() loads with cp.async, which needs sm_80 or newer; "
+                f"the target is {self.target.gpu.arch} (use double_buffer() there)")
 
     def _finish(self, body: Stmt) -> Stmt:
         body = _PlainVars().visit_stmt(body)
@@ -440,21 +460,32 @@ class Lowering:
             conds.append(pred)
             spatial_conds.append(pred)
         init_stmt: Stmt | None = None
+        init_end = len(leaves)  # the init nest spans leaves[first_red:init_end]
         if is_reduce:
             update, init = self._reduce_stmts(st, vmap, out_idx)
             init_stmt = _guard(spatial_conds, init)
         tpos = next((k for k, iv in enumerate(leaves)
                      if iv in st.iter_var_attrs and st.iter_var_attrs[iv].tensor_intrin is not None), None)
         if tpos is not None:
-            from .tensorize import tensorize_stmt
+            from .tensorize import tensorize_parts
 
             for iv in leaves[tpos:]:
                 if self._attached(st, iv):
                     raise ScheduleError(f"stage {st.name}: a stage is computed inside the "
                                         f"tensorized loop '{iv.name}'")
-            inner = tensorize_stmt(self, st, tpos, st.iter_var_attrs[leaves[tpos]].tensor_intrin)
+            inner, reset = tensorize_parts(self, st, tpos, st.iter_var_attrs[leaves[tpos]].tensor_intrin)
+            # tensorize_parts proved the conditions over the tensorized loops; those over the
+            # outer loops alone (a tail of an outer split) still decide whether a tile exists
+            tiled = {iv.var for iv in leaves[tpos:]}
+            outer_conds = [c for c in conds if not free_vars(c) & tiled]
+            inner = _guard(outer_conds, inner)
             nloops = tpos
             first_red = min(first_red, tpos)
+            if reset is not None and init_stmt is not None:
+                # the intrinsic initialises its own tile (a tensor-core accumulator fragment
+                # cannot be written element by element): loops outside the tensorized axis only
+                init_stmt, init_end = _guard([c for c in outer_conds if not free_vars(c) & red_vars],
+                                             reset), tpos
         else:
             if is_reduce:
                 inner = _guard(conds, update)
@@ -465,10 +496,10 @@ class Lowering:
             nloops = len(leaves)
         for k in range(nloops - 1, -1, -1):
             if k + 1 == first_red and init_stmt is not None:
-                inner = seq(self._init_nest(st, leaves[first_red:], init_stmt), inner)
+                inner = seq(self._init_nest(st, leaves[first_red:init_end], init_stmt), inner)
             inner = self._loop(st, leaves[k], inner)
         if first_red == 0 and init_stmt is not None:
-            inner = seq(self._init_nest(st, leaves, init_stmt), inner)
+            inner = seq(self._init_nest(st, leaves[:init_end], init_stmt), inner)
         return inner
 
     def _init_nest(self, st: Stage, leaves: list[IterVar], init: Stmt) -> Stmt:
@@ -539,6 +570,10 @@ class Lowering:
         if self.gpu and st.double_buffer_:
             for buf in reversed(self.local_allocs.get(st, [])):
                 nest = AttrStmt(DOUBLE_BUFFER_SCOPE, buf.data, nest)
+        depth = getattr(st, "pipeline_depth_", 0)
+        if self.gpu and depth:  # for passes/inject_software_pipeline.py
+            for buf in reversed(self.local_allocs.get(st, [])):
+                nest = AttrStmt(ASYNC_PIPELINE_SCOPE, (buf.data, depth), nest)
         return nest
 
     def store_predicate(self, st: Stage) -> Expr | None:

@@ -107,6 +107,11 @@ def _is_zero(e: Expr) -> bool:
 
 
 def tensorize_stmt(lw: Lowering, st: Stage, pos: int, intrin: TensorIntrin) -> Stmt:
+    return tensorize_parts(lw, st, pos, intrin)[0]
+
+
+def tensorize_parts(lw: Lowering, st: Stage, pos: int, intrin: TensorIntrin) -> tuple[Stmt, Stmt | None]:
+    """The tensorized body and the intrinsic's reset (None: initialise element-wise)."""
     op = st.op
     assert isinstance(op, ComputeOp)
     b = lw.bounds[st]
@@ -133,8 +138,12 @@ def tensorize_stmt(lw: Lowering, st: Stage, pos: int, intrin: TensorIntrin) -> S
             if leaf is None:
                 raise err(f"axis '{r.name}' is not covered by a single inner loop ({rest})")
         parts[r] = (fixed, leaf)
+    # A stage computed at a consumer's loop carries "inside the domain" conditions over the
+    # consumer's loops too: prove them with the extents of every loop of the schedule.
+    loop_ranges = {iv.var: (const(0), sb.ext[iv]) for s2, sb in lw.bounds.items()
+                   for iv in s2.leaf_iter_vars if iv in sb.ext}
     for c in b.conds:
-        if free_vars(c) & inner_vars and not can_prove(c):
+        if free_vars(c) & inner_vars and not can_prove(c, loop_ranges):
             raise err("the tensorized region has a partial tile (extent not divisible)")
 
     iop = intrin.op
@@ -187,7 +196,7 @@ def tensorize_stmt(lw: Lowering, st: Stage, pos: int, intrin: TensorIntrin) -> S
         buf = lw.buffers[(st, k)]
         org = [simplify(parts[r][0]) for r in op.axis]
         outs.append(_region(buf, org, list(zip(span, idims)), tuple(iop.output(k).shape)))
-    return intrin.implement(ins, outs)
+    return intrin.implement_parts(ins, outs)
 
 
 def _region(buf: Any, origin: list[Expr], dims: list[tuple[int, int]], shape: tuple[Expr, ...]) -> TensorRegion:
@@ -217,4 +226,4 @@ def _strides(buf: Any) -> tuple[Expr, ...]:
     return tuple(simplify(s) for s in flat_strides(buf))
 
 
-__all__ = ["tensorize_stmt", "IterVarKind"]
+__all__ = ["tensorize_parts", "tensorize_stmt", "IterVarKind"]

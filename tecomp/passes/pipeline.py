@@ -7,6 +7,7 @@ from collections.abc import Callable
 from ..ir.stmt import PrimFunc
 from .flatten import flatten
 from .inject_double_buffer import inject_double_buffer
+from .inject_software_pipeline import inject_software_pipeline
 from .inject_virtual_thread import inject_virtual_thread
 from .loop_partition import loop_partition
 from .simplify import simplify_func
@@ -38,9 +39,11 @@ PIPELINE: list[tuple[str, Pass]] = [
 # threads (their copies then share one load of each tile, which is what gets pipelined) and
 # before loop partition, which then cuts the pipelined loop at a ragged last tile (the doubled
 # allocation sits outside the loop, so the cut copies share it).
+# Software pipelining (cp.async rings, `pipeline(depth)`) at the same place, for the same reasons.
 GPU_PIPELINE: list[tuple[str, Pass]] = [
     ("inject_virtual_thread", inject_virtual_thread),
     ("inject_double_buffer", inject_double_buffer),
+    ("inject_software_pipeline", inject_software_pipeline),
     ("simplify", simplify_func),
     ("loop_partition", loop_partition),
     ("simplify", simplify_func),

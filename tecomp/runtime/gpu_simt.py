@@ -46,6 +46,8 @@ from ..ir import expr as E  # noqa: N812
 from ..ir import stmt as S  # noqa: N812
 from ..ir.buffer import Buffer
 from ..ir.printer import stmt_str
+from ..te.intrin_cuda import FRAGMENT_SCOPES as _FRAGMENT_SCOPES
+from ..te.intrin_cuda import MMA_CALLS as _WARP_CALLS
 from . import interp as I  # noqa: N812
 from .gpu_race import RaceTracker
 
@@ -294,6 +296,12 @@ class SimtCompiler(I._Compiler):
         return run_seq
 
     def _s_attr(self, s: S.AttrStmt) -> StmtFn:
+        if s.key == S.ASYNC_COPY_SCOPE:  # cp.async: gpu_async.py
+            self._async_scope = getattr(self, "_async_scope", 0) + 1
+            try:
+                return self.stmt(s.body)
+            finally:
+                self._async_scope -= 1
         return self.stmt(s.body)
 
     def _nested(self, s: S.Stmt, body: S.Stmt) -> StmtFn:
@@ -413,8 +421,14 @@ class SimtCompiler(I._Compiler):
         return run_varying_if
 
     def _s_evaluate(self, s: S.Evaluate) -> StmtFn:
+        if isinstance(s.value, E.Call) and s.value.name in _WARP_CALLS:
+            from .gpu_mma import compile_warp_call  # tensor cores: ldmatrix, mma.sync
+
+            return compile_warp_call(self, s.value)
         if not S.is_barrier(s):
-            return self.expr(s.value)
+            from .gpu_async import compile_group_call  # cp.async commit/wait
+
+            return compile_group_call(self, s) or self.expr(s.value)
         state, tracker = self.state, self.tracker
         path = "\n".join(f"  {'  ' * k}{h}" for k, h in enumerate(self._path))
         path += f"\n  {'  ' * len(self._path)}syncthreads()"
@@ -432,11 +446,22 @@ class SimtCompiler(I._Compiler):
 
     def _s_alloc(self, s: S.Allocate) -> StmtFn:
         buf = s.buffer
+        if buf.scope in _FRAGMENT_SCOPES:
+            from .gpu_mma import compile_fragment_alloc  # tensor-core fragments: per lane
+
+            return compile_fragment_alloc(self, s)
         if _is_local(buf):
             return self._alloc_local(s)
         if not buf.scope.startswith("shared"):
             raise TecompError(f"a GPU kernel can allocate 'shared' or 'local' memory, not "
                               f"'{buf.scope}' ({buf.name})")
+        from .gpu_async import note_allocation, wrap_allocation  # cp.async destinations
+
+        note_allocation(self, s)
+        return wrap_allocation(self, s, self._alloc_shared(s))
+
+    def _alloc_shared(self, s: S.Allocate) -> StmtFn:
+        buf = s.buffer
         npd, body, state, by_name = dt.storage_numpy(buf.dtype), self.stmt(s.body), self.state, self.by_name
         dims = [self.expr(x) for x in buf.shape]
         strides = [self.expr(x) for x in buf.strides]
@@ -490,7 +515,22 @@ class SimtCompiler(I._Compiler):
             raise TecompError(f"storing {s.value.dtype} into {buf.dtype} buffer {buf.name}: {s}")
         from .gpu_memory import compile_store
 
+        if buf.data in getattr(self, "async_dsts", ()):
+            return self._async_store(s)
         return compile_store(self, s)
+
+    def _async_store(self, s: S.BufferStore) -> StmtFn:
+        """A store into a cp.async destination (gpu_async.py): a cp.async inside
+        ASYNC_COPY_SCOPE, otherwise a plain store checked against copies in flight."""
+        from ..passes.inject_software_pipeline import cp_async_bytes
+        from .gpu_async import checked_access, compile_cp_async
+        from .gpu_memory import _lanes, compile_store
+
+        nbytes = cp_async_bytes(s) if getattr(self, "_async_scope", 0) else None
+        if nbytes is not None:
+            return compile_cp_async(self, s, nbytes)
+        return checked_access(self, s.buffer, s.indices, _lanes(s.indices, s.value.dtype),
+                              compile_store(self, s), "a store to")
 
     def _let(self, e: E.Let | S.LetStmt) -> ExprFn:  # type: ignore[override]
         v, value = e.var, self.expr(e.value)
@@ -509,12 +549,21 @@ class SimtCompiler(I._Compiler):
     def _u_load(self, e: E.BufferLoad) -> ExprFn:
         from .gpu_memory import compile_uniform_load
 
-        return _widen_half(e, compile_uniform_load(self, e))
+        return self._async_checked(e, _widen_half(e, compile_uniform_load(self, e)))
 
     def _v_load(self, e: E.BufferLoad) -> ExprFn:
         from .gpu_memory import compile_varying_load
 
-        return _widen_half(e, compile_varying_load(self, e))
+        return self._async_checked(e, _widen_half(e, compile_varying_load(self, e)))
+
+    def _async_checked(self, e: E.BufferLoad, load: ExprFn) -> ExprFn:
+        """A load of a cp.async destination fails on elements still in flight (gpu_async.py)."""
+        if e.buffer.data not in getattr(self, "async_dsts", ()):
+            return load
+        from .gpu_async import checked_access
+        from .gpu_memory import _lanes
+
+        return checked_access(self, e.buffer, e.indices, _lanes(e.indices, e.dtype), load, "a load of")
 
     # varying expressions ---------------------------------------------------------------------
 

@@ -277,6 +277,16 @@ class Stage:
     def double_buffer(self) -> None:
         self.double_buffer_ = True
 
+    def pipeline(self, depth: int = 2) -> None:
+        """Load this shared stage with asynchronous copies (``cp.async``, sm_80+) into a ring of
+        ``depth`` (2-4) tiles: the loads of the next ``depth - 1`` tiles of the loop it is
+        computed at are in flight while the threads compute on the current one
+        (passes/inject_software_pipeline.py, TVM's InjectSoftwarePipeline + cp.async)."""
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 2 <= depth <= 4:
+            raise self._err(f"pipeline: depth must be an int in [2, 4], got {depth!r}")
+        # set here, not in __init__: read with getattr(stage, "pipeline_depth_", 0)
+        self.pipeline_depth_ = depth
+
     def set_scope(self, scope: str) -> None:
         self.scope = scope
 

@@ -5,8 +5,9 @@ over placeholders) may be replaced by ``fimpl(ins, outs)``, where ``ins``/``outs
 `TensorRegion`s describing where the matched tiles live in the real buffers. ``fimpl`` returns a
 statement, an expression (e.g. ``te.call_extern(...)``) or a list of them. For a reduction the
 implementation must *accumulate* into the output (tecomp emits the initialisation itself, from
-the reducer's identity), or return a ``(body, reset, update)`` triple as in TVM, of which
-``update`` is used.
+the reducer's identity), or return a ``(body, reset, update)`` triple as in TVM: ``update`` is
+the tensorized loop nest's body and ``reset``, when not None, replaces the element-wise
+initialisation of the tiles (inside the spatial loops outside the tensorized axis).
 """
 
 from __future__ import annotations
@@ -91,10 +92,19 @@ class TensorIntrin:
     fimpl: Callable[..., Any]
 
     def implement(self, ins: list[TensorRegion], outs: list[TensorRegion]) -> Stmt:
+        return self.implement_parts(ins, outs)[0]
+
+    def implement_parts(self, ins: list[TensorRegion], outs: list[TensorRegion]) -> tuple[Stmt, Stmt | None]:
+        """The update statement and, for a ``(body, reset, update)`` triple with a reset, the
+        reset: TVM's way for an accumulator only the intrinsic can address (a tensor-core
+        fragment) to be initialised by the intrinsic rather than by element stores."""
         res = self.fimpl(ins, outs)
+        reset = None
         if isinstance(res, tuple) and len(res) == 3:
+            if res[1] is not None:
+                reset = _as_stmt(res[1], self.name)
             res = res[2] if res[2] is not None else res[0]
-        return _as_stmt(res, self.name)
+        return _as_stmt(res, self.name), reset
 
 
 def _as_stmt(res: Any, name: str) -> Stmt:

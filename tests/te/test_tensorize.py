@@ -159,3 +159,24 @@ def test_tensorize_with_extern_c_function(tmp_path):
     f(a, b, c)
     np.testing.assert_allclose(c, a @ b.T, rtol=1e-4, atol=1e-4)
     assert ctypes.CDLL(str(so)).gemv_update  # the library really provides the symbol
+
+
+def test_a_tail_of_an_outer_split_guards_the_tensorized_tiles():
+    # 24 rows = 4 tiles of 6, the tile loop split by 3: the 6th (io.outer=1, io.inner=2) tile
+    # does not exist; its condition is over outer loops only and was dropped (an out-of-range
+    # write past C, found by a debug build)
+    n, m, k, mr, nr, kc = 24, 64, 32, 6, 32, 8
+    A, B, C = _matmul(n, m, k)
+    s = te.create_schedule(C.op)
+    i, j = s[C].op.axis
+    io, jo, ii, ji = s[C].tile(i, j, mr, nr)
+    ioo, ioi = s[C].split(io, factor=3)
+    ko, ki = s[C].split(s[C].op.reduce_axis[0], factor=kc)
+    s[C].reorder(ioo, ioi, jo, ko, ii, ji, ki)
+    s[C].tensorize(ii, intrin_x86.gemm_fma(mr, nr, kc))
+    a = RNG.standard_normal((n, k)).astype("float32")
+    b = RNG.standard_normal((k, m)).astype("float32")
+    for debug in (True, False):
+        c = np.zeros((n, m), "float32")
+        tc.build(s, [A, B, C], debug=debug)(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)

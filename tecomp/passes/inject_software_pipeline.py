@@ -1,0 +1,262 @@
+"""Software pipelining of shared tiles with asynchronous copies (``s[AA].pipeline(depth)``), as
+TVM's InjectSoftwarePipeline with its cp.async lowering (``async_scope`` + commit/wait).
+
+Lowering wraps the nest of a pipelined shared stage in ``AttrStmt(ASYNC_PIPELINE_SCOPE,
+(buffer data var, depth))`` inside the loop ``k`` it is computed at (a GEMM's k.outer), whose
+body is ``load tile k into AA; compute on AA``. Here the tile gets a leading dimension of
+``D = depth`` (a ring of D slots, tile t in slot t % D), its loads become cp.async copies
+(``AttrStmt(ASYNC_COPY_SCOPE)``), and the loop is rewritten in CUTLASS's multistage order::
+
+    for t in [0, D-1):  load(t) -> slot t; commit            # prologue: D-1 tiles in flight
+    for k in [0, n):                                          # (unrolled by D, see below)
+        wait_group(min(k+D-2, n-1) - k)                       # tile k has landed ...
+        syncthreads()                                         # ... for every thread, and every
+                                                              # thread is done with tile k-1
+        if k+D-1 < n: load(k+D-1) -> slot (k+D-1) % D; commit
+        compute(k) on slot k % D
+
+At the wait, the groups in flight are the tiles k .. min(k+D-2, n-1), one group per tile, so
+waiting until all but the newest ``min(k+D-2, n-1) - k`` have landed retires exactly tile k
+(D-2 in the steady state, 0 for the last tile: the epilogue drains). The barrier after it does
+two jobs: tile k (copied by all threads together) is visible to all, and nobody still reads
+slot (k-1) % D, which the load issued next overwrites; so one barrier per tile, and the copies
+of tiles k+1 .. k+D-1 overlap the computation on tile k.
+
+The steady-state loop is unrolled by D (as inject_double_buffer unrolls by 2): every slot index
+is then a constant, so thread_sync sees that the load into one slot and the reads of another
+touch different elements and adds no barrier; the few steps that do not fill a whole round,
+and the D-1 epilogue steps (no load, a smaller wait), are emitted with constant k, where
+loop_partition's guards of a ragged last tile fold away.
+
+Only a constant trip count n >= 2 is pipelined; otherwise (one tile, or a symbolic n) the marker
+is dropped and the stage is loaded synchronously, single-buffered, as written. Runs where
+inject_double_buffer runs (after inject_virtual_thread, before loop_partition and flatten).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..arith.simplify import simplify
+from ..ir.buffer import Buffer
+from ..ir.expr import BufferLoad, Call, Expr, IntImm, Var, const
+from ..ir.functor import StmtMutator, StmtVisitor, substitute
+from ..ir.stmt import (
+    ASYNC_COPY_SCOPE,
+    ASYNC_PIPELINE_SCOPE,
+    CP_ASYNC_COMMIT,
+    CP_ASYNC_WAIT,
+    Allocate,
+    AttrStmt,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+    barrier,
+    seq,
+)
+
+
+def commit_group() -> Evaluate:
+    """``cp.async.commit_group``: the copies issued since the last commit form one group."""
+    return Evaluate(Call("int32", CP_ASYNC_COMMIT, ()))
+
+
+def wait_group(n: int) -> Evaluate:
+    """``cp.async.wait_group n``: all but the ``n`` newest committed groups have landed."""
+    return Evaluate(Call("int32", CP_ASYNC_WAIT, (const(n),)))
+
+
+class _Strip(StmtMutator):
+    """Drop the markers (what no loop could pipeline is loaded synchronously, as written)."""
+
+    def visit_AttrStmt(self, s: AttrStmt) -> Stmt:
+        if s.key == ASYNC_PIPELINE_SCOPE:
+            return self.visit_stmt(s.body)
+        return super().visit_AttrStmt(s)
+
+
+class _Slot(StmtMutator):
+    """Accesses of the pipelined buffers -> the given slot of the ring buffer."""
+
+    def __init__(self, ring: dict[Var, Buffer], slot: int) -> None:
+        self.ring, self.slot = ring, slot
+
+    def _slot(self, indices: tuple[Expr, ...]) -> Expr:
+        return const(self.slot, indices[0].dtype if indices else "int32")
+
+    def visit_BufferLoad(self, e: BufferLoad) -> Expr:
+        e2 = super().visit_BufferLoad(e)
+        assert isinstance(e2, BufferLoad)
+        nb = self.ring.get(e2.buffer.data)
+        if nb is None:
+            return e2
+        return BufferLoad(nb, (self._slot(e2.indices), *e2.indices), predicate=e2.predicate)
+
+    def visit_BufferStore(self, s: BufferStore) -> Stmt:
+        s2 = super().visit_BufferStore(s)
+        assert isinstance(s2, BufferStore)
+        nb = self.ring.get(s2.buffer.data)
+        if nb is None:
+            return s2
+        return BufferStore(nb, s2.value, (self._slot(s2.indices), *s2.indices), s2.predicate)
+
+
+def _ring(buf: Buffer, depth: int) -> Buffer:
+    strides = buf.strides
+    if strides:  # storage_align'ed rows: the slots are whole padded tiles apart
+        strides = (simplify(strides[0] * buf.shape[0]), *strides)
+    return dataclasses.replace(buf, shape=(const(depth), *buf.shape), strides=strides,
+                               data=Var(buf.data.name, "handle"))
+
+
+def _unwrap(m: Stmt) -> tuple[dict[Var, int], Stmt] | None:
+    """The buffers (with depths) a chain of markers names, and the loads inside it."""
+    if not (isinstance(m, AttrStmt) and m.key == ASYNC_PIPELINE_SCOPE):
+        return None
+    data: dict[Var, int] = {}
+    while isinstance(m, AttrStmt) and m.key == ASYNC_PIPELINE_SCOPE:
+        var, depth = m.value
+        data[var] = int(depth)
+        m = m.body
+    return data, m
+
+
+class _Touched(StmtVisitor):
+    def __init__(self) -> None:
+        self.data: set[Var] = set()
+
+    def visit_BufferLoad(self, e: BufferLoad) -> None:
+        self.data.add(e.buffer.data)
+        super().visit_BufferLoad(e)
+
+    def visit_BufferStore(self, s: BufferStore) -> None:
+        self.data.add(s.buffer.data)
+        super().visit_BufferStore(s)
+
+
+def _touched(s: Stmt) -> set[Var]:
+    t = _Touched()
+    t.visit_stmt(s)
+    return t.data
+
+
+class _Injector(StmtMutator):
+    def visit_For(self, s: For) -> Stmt:
+        body = self.visit_stmt(s.body)
+        loop = s if body is s.body else For(s.var, s.min, s.extent, s.kind, body, s.annotations)
+        out = self._pipeline(loop)
+        return loop if out is None else out
+
+    def _pipeline(self, s: For) -> Stmt | None:
+        """The pipelined form of ``s``, or None when ``s`` has no marker in its own body."""
+        if s.kind not in (ForKind.SERIAL, ForKind.UNROLLED):
+            return None
+        allocs: list[Allocate] = []
+        core = s.body
+        while isinstance(core, Allocate):
+            allocs.append(core)
+            core = core.body
+        items = list(core.seq) if isinstance(core, SeqStmt) else [core]
+        own = {a.buffer.data: a.buffer for a in allocs}
+        ours = [_unwrap(m) for m in items]
+        marked = {d: dep for u in ours if u is not None and set(u[0]) <= set(own)
+                  for d, dep in u[0].items()}
+        if not marked:
+            return None
+        n = simplify(s.extent)
+        mn = simplify(s.min)
+        if not (isinstance(mn, IntImm) and mn.value == 0 and isinstance(n, IntImm)) or n.value <= 1:
+            # one tile: nothing to overlap; a symbolic trip count: the epilogue's wait counts
+            # depend on n (and loop_partition would cut the unrolled body at symbolic points),
+            # so such loops load synchronously, single-buffered, as written (see the doc)
+            return None
+        # the stages of one loop share one ring depth (the deepest asked for), since they
+        # are loaded in the same steps and committed as one group per tile
+        D = max(marked.values())
+        ring = {d: _ring(own[d], D) for d in marked}
+        kept = [a.buffer for a in allocs if a.buffer.data not in marked]
+        k = s.var
+        is_ours = [u is not None and set(u[0]) <= set(marked) for u in ours]
+        loads = [u[1] for u, o in zip(ours, is_ours) if o and u is not None]
+        rest = [m for m, o in zip(items, is_ours) if not o]
+        if _touched(seq(*loads)) & {b.data for b in kept}:
+            return None  # the loads use another stage of this iteration: no prologue for it
+        kd = k.dtype
+
+        def producer(at: Expr, slot: int) -> Stmt:
+            """The cp.async loads of the tile of iteration ``at`` into ``slot``, one group."""
+            body = _Slot(ring, slot).visit_stmt(substitute(seq(*loads), {k: at}))
+            return seq(AttrStmt(ASYNC_COPY_SCOPE, 1, body), commit_group())
+
+        def compute(at: Expr, slot: int) -> Stmt:
+            body = _Slot(ring, slot).visit_stmt(substitute(seq(*rest), {k: at}))
+            for b in reversed(kept):  # the other attached buffers, around each computation
+                body = Allocate(b, body)
+            return body
+
+        total = n.value
+        steady = max(0, total - D + 1)  # steps that still issue a load (of tile k + D - 1)
+
+        def step(at: Expr, slot: int, wait: int, load: bool) -> Stmt:
+            nxt = producer(simplify(at + (D - 1)), (slot + D - 1) % D) if load else None
+            return seq(wait_group(wait), barrier(), nxt, compute(at, slot))
+
+        prologue = [producer(const(t, kd), t) for t in range(min(D - 1, total))]
+        rounds = steady // D
+        parts: list[Stmt] = []
+        if rounds:
+            ko = Var(f"{k.name}.pipe", kd)
+            body = seq(*[step(simplify(ko * D + j), j, D - 2, True) for j in range(D)])
+            parts.append(For(ko, const(0, kd), const(rounds, kd), s.kind, body, s.annotations))
+        for t in range(rounds * D, total):
+            wait = min(t + D - 2, total - 1) - t
+            parts.append(step(const(t, kd), t % D, wait, t < steady))
+        out: Stmt = seq(*prologue, *parts)
+        for a in reversed(allocs):
+            if a.buffer.data in marked:
+                out = Allocate(ring[a.buffer.data], out)
+        return out
+
+
+def inject_software_pipeline(func: PrimFunc) -> PrimFunc:
+    body = _Strip().visit_stmt(_Injector().visit_stmt(func.body))
+    return func if body is func.body else dataclasses.replace(func, body=body)
+
+
+__all__ = ["commit_group", "inject_software_pipeline", "wait_group"]
+
+
+def cp_async_bytes(s: BufferStore) -> int | None:
+    """The bytes one thread's ``cp.async`` moves for ``s`` (a store inside an
+    ``ASYNC_COPY_SCOPE``), or None when ``s`` is not a copy cp.async can do and stays an
+    ordinary store: a flat shared destination, the value a plain load of a flat global buffer
+    of the same element type (no cast, no predicate), scalar or unit-stride Ramp indices, and
+    4, 8 or 16 bytes. Codegen and the emulator both decide with this function."""
+    from ..ir import dtype as dt
+    from ..ir.expr import Ramp
+
+    v = s.value
+    if not isinstance(v, BufferLoad) or s.predicate is not None or v.predicate is not None:
+        return None
+    if not s.buffer.scope.startswith("shared") or v.buffer.scope != "global":
+        return None
+    if len(s.indices) != 1 or len(v.indices) != 1:
+        return None
+    if dt.element(s.buffer.dtype) != dt.element(v.buffer.dtype) or dt.element(v.dtype) != dt.element(s.buffer.dtype):
+        return None
+    lanes = dt.lanes(v.dtype)
+    for idx in (s.indices[0], v.indices[0]):
+        if dt.lanes(idx.dtype) != lanes:
+            return None
+        if lanes > 1 and not (isinstance(idx, Ramp) and isinstance(idx.stride, IntImm)
+                              and idx.stride.value == 1):
+            return None
+    nbytes = dt.itemsize(v.dtype) * lanes  # of the whole (vector) value
+    return nbytes if nbytes in (4, 8, 16) else None
+
+
+__all__ += ["cp_async_bytes"]
