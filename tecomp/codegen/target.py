@@ -33,6 +33,37 @@ _AVX2_CPUS = frozenset({
     "znver3", "bdver4", "x86-64-v3",
 })
 _AVX_CPUS = frozenset({"sandybridge", "ivybridge", "btver2", "bdver1", "bdver2", "bdver3"})
+# Dot-product extensions of named CPUs (for `Target.has_feature` when only -mcpu is given):
+# which int8/bf16 instruction an intrinsic may use must be known before LLVM sees it, since
+# LLVM aborts the process on an intrinsic the target lacks.
+_VNNI512_CPUS = frozenset({
+    "cascadelake", "cooperlake", "icelake-client", "icelake-server", "tigerlake",
+    "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids",
+    "rocketlake", "znver4", "znver5",
+})
+_AVXVNNI_CPUS = frozenset({
+    "alderlake", "raptorlake", "meteorlake", "arrowlake", "arrowlake-s", "lunarlake",
+    "pantherlake", "gracemont", "sierraforest", "grandridge", "clearwaterforest",
+    "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids",
+    "znver5",
+})
+_BF16_CPUS = frozenset({
+    "cooperlake", "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d",
+    "diamondrapids", "znver4", "znver5",
+})
+_CPU_FEATURES: dict[str, frozenset[str]] = {
+    "avx512f": _AVX512_CPUS,
+    "avx512bw": _AVX512_CPUS - {"knl", "knm"},
+    "avx512vl": _AVX512_CPUS - {"knl", "knm"},
+    "avx512vnni": _VNNI512_CPUS,
+    "avxvnni": _AVXVNNI_CPUS,
+    "avx512bf16": _BF16_CPUS,
+    "avx2": _AVX2_CPUS | _AVX512_CPUS,
+    "fma": _AVX2_CPUS | _AVX512_CPUS,
+}
+# features whose absence implies the absence of these (-avx512f also turns off avx512vnni)
+_IMPLIED_BY = {"avx512bw": "avx512f", "avx512vl": "avx512f", "avx512vnni": "avx512f",
+               "avx512bf16": "avx512f", "avxvnni": "avx2", "avx512f": "avx2", "fma": "avx"}
 
 
 @dataclass(frozen=True)
@@ -125,6 +156,23 @@ class Target:
     def feature_set(self) -> frozenset[str]:
         """The features explicitly enabled (``+x``) in ``features``, without the plus."""
         return frozenset(f[1:] for f in self.features.split(",") if f.startswith("+"))
+
+    def has_feature(self, feature: str) -> bool:
+        """Whether code for this target may use the x86 feature ``feature`` (LLVM's name:
+        "avx2", "avx512bw", "avx512vnni", "avxvnni", "avx512bf16"...): enabled explicitly
+        with ``+feature`` (the host lists all of its own), or part of the named ``-mcpu`` and
+        not disabled (``-feature``, or ``-avx512f`` for any AVX-512 extension)."""
+        if self.kind != "llvm":
+            return False
+        feats = self.features.split(",") if self.features else []
+        if "+" + feature in feats:
+            return True
+        f: str | None = feature
+        while f is not None:
+            if "-" + f in feats:
+                return False
+            f = _IMPLIED_BY.get(f)
+        return self.cpu in _CPU_FEATURES.get(feature, frozenset())
 
     @property
     def vector_bits(self) -> int:
