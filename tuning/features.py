@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tecomp.arith.simplify import simplify
+from tecomp.codegen.target import GPULimits
 from tecomp.ir.buffer import Buffer
 from tecomp.ir.expr import (
     Add,
@@ -46,7 +47,7 @@ from tecomp.ir.expr import (
     Var,
 )
 from tecomp.ir.functor import ExprVisitor, StmtVisitor
-from tecomp.ir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse
+from tecomp.ir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, thread_tag
 
 from .steps import Step
 from .task import SearchTask
@@ -68,7 +69,14 @@ UNROLL = ("unroll_prod", "n_unroll", "auto_unroll")
 PAR = ("par_prod", "n_par", "par_depth", "par_per_core", "outside_par")
 MISC = ("n_guards", "is_update", "alloc_bytes", "n_allocs")
 ACCESS = ("read", "write", "local", "bytes", "unique_bytes", "lines", "stride", "stride0",
-          "stride1", "reuse_ct", "reuse_iter", "reuse_bytes")
+          "stride1", "reuse_ct", "reuse_iter", "reuse_bytes",
+          # GPU (0 on a CPU): a shared-memory buffer; the element stride between neighbouring
+          # threadIdx.x lanes (0: a broadcast, 1: coalesced), and whether a warp's access
+          # spans more 32-byte sectors than it needs
+          "shared", "lane_stride", "lane_uncoalesced")
+# GPU thread structure of a store (0 on a CPU): threads per block and blocks over its loops,
+# virtual threads, and the fraction of each warp the block fills (warp size of the target)
+GPU_STORE = ("threads", "blocks", "vthreads", "warp_fill")
 # Capacities (bytes) of a register file and the three cache levels, the tiers at which the
 # traffic of a loop nest is estimated. Only their order of magnitude matters (the model
 # compares logs): these are this class of x86 core (32 zmm registers, 48 KiB L1d, 1 MiB L2,
@@ -77,9 +85,15 @@ CAPACITIES = (2 << 10, 48 << 10, 1 << 20, 32 << 20)
 TRAFFIC = tuple(f"c{k}.{a}" for k in range(len(CAPACITIES)) for a in ("traffic", "working_set", "fit_depth",
                                                                          "intensity"))
 STORE_FEATURES: tuple[str, ...] = (OPS + LOOP + VEC + UNROLL + PAR + MISC
-                                   + tuple(f"b{k}.{a}" for k in range(N_BUFFERS) for a in ACCESS) + TRAFFIC)
+                                   + tuple(f"b{k}.{a}" for k in range(N_BUFFERS) for a in ACCESS) + TRAFFIC
+                                   + GPU_STORE)
+# per program, GPU only (0 on a CPU): the largest block's threads, the grid, shared and local
+# bytes per block (and shared as a fraction of what the target allows), blocks per SM by
+# shared memory, waves of blocks over the target's SMs, kernels launched
+GPU_PROGRAM = ("gpu.threads", "gpu.blocks", "gpu.shared_bytes", "gpu.shared_frac", "gpu.local_bytes",
+               "gpu.blocks_per_sm_smem", "gpu.waves", "gpu.kernels")
 PROGRAM_FEATURES: tuple[str, ...] = (tuple(f"s{k}.{f}" for k in range(N_STORES) for f in STORE_FEATURES)
-                                     + ("n_stores", "log_total_exec", "total_alloc"))
+                                     + ("n_stores", "log_total_exec", "total_alloc") + GPU_PROGRAM)
 N_FEATURES = len(PROGRAM_FEATURES)
 _CORES = os.cpu_count() or 1
 
@@ -174,6 +188,7 @@ class _Loop:
     extent: int
     kind: ForKind
     auto_unroll: int
+    tag: str = ""  # the thread tag of a GPU thread-bound loop
 
 
 @dataclass
@@ -203,7 +218,15 @@ def _footprint(coefs: list[dict[Var, float]], shape: list[int], loops: Sequence[
 
 
 class _Extractor(StmtVisitor):
-    def __init__(self) -> None:
+    def __init__(self, hw: GPULimits | None = None) -> None:
+        self.hw = hw
+        self.capacities = CAPACITIES if hw is None else gpu_capacities(hw)
+        self.max_threads = 1
+        self.max_blocks = 1
+        self.shared = 0  # shared bytes allocated (the most at once)
+        self.local = 0
+        self._shared_now: list[int] = []
+        self._local_now: list[int] = []
         self.loops: list[_Loop] = []
         self.guards = 0
         self.allocs: list[int] = []
@@ -212,7 +235,7 @@ class _Extractor(StmtVisitor):
 
     def visit_For(self, s: For) -> None:
         au = int(s.annotation("auto_unroll_max_step", 0) or 0)
-        self.loops.append(_Loop(s.var, max(_const(s.extent), 1), s.kind, au))
+        self.loops.append(_Loop(s.var, max(_const(s.extent), 1), s.kind, au, thread_tag(s) or ""))
         self.visit_stmt(s.body)
         self.loops.pop()
 
@@ -225,10 +248,18 @@ class _Extractor(StmtVisitor):
 
     def visit_Allocate(self, s: Allocate) -> None:
         b = s.buffer
-        self.allocs.append(math.prod(max(_const(d), 1) for d in b.shape) * b.itemsize)
+        size = math.prod(max(_const(d), 1) for d in b.shape) * b.itemsize
+        self.allocs.append(size)
         self.max_alloc = max(self.max_alloc, sum(self.allocs))
+        scoped = self._shared_now if b.scope == "shared" else self._local_now if b.scope == "local" else None
+        if scoped is not None:
+            scoped.append(size)
+            self.shared = max(self.shared, sum(self._shared_now))
+            self.local = max(self.local, sum(self._local_now))
         self.visit_stmt(s.body)
         self.allocs.pop()
+        if scoped is not None:
+            scoped.pop()
 
     def visit_BufferStore(self, s: BufferStore) -> None:
         self.stores.append(self._store(s))
@@ -277,8 +308,21 @@ class _Extractor(StmtVisitor):
         for k in range(N_BUFFERS):
             f += rows[k] if k < len(rows) else [0.0] * len(ACCESS)
         fl_ops = sum(oc.c[k] for k in OPS if k != "int_ops")
-        f += _traffic([(a.buffer.itemsize, shape, coefs) for a, shape, coefs in geo], loops, execs * fl_ops)
+        f += _traffic([(a.buffer.itemsize, shape, coefs) for a, shape, coefs in geo], loops, execs * fl_ops,
+                      self.capacities)
+        f += self._gpu_store(loops)
         return execs * (1 + fl_ops), f
+
+    def _gpu_store(self, loops: Sequence[_Loop]) -> list[float]:
+        if self.hw is None:
+            return [0.0] * len(GPU_STORE)
+        threads = math.prod(lp.extent for lp in loops if lp.tag.startswith("threadIdx"))
+        blocks = math.prod(lp.extent for lp in loops if lp.tag.startswith("blockIdx"))
+        vthreads = math.prod(lp.extent for lp in loops if lp.tag == "vthread")
+        self.max_threads = max(self.max_threads, threads)
+        self.max_blocks = max(self.max_blocks, blocks)
+        warp = self.hw.warp_size
+        return [_l(threads), _l(blocks), _l(vthreads), threads / (math.ceil(threads / warp) * warp)]
 
     def _access(self, a: _Access, shape: list[int], coefs: list[dict[Var, float]], loops: list[_Loop],
                 execs: float) -> list[float]:
@@ -298,13 +342,21 @@ class _Extractor(StmtVisitor):
                 reuse_iter = float(math.prod(lp.extent for lp in inside))
                 reuse_bytes = math.prod(_footprint(coefs, shape, inside)) * item
                 break
+        gpu = [0.0, 0.0, 0.0]
+        if self.hw is not None:
+            lane = next((lp for lp in reversed(loops) if lp.tag == "threadIdx.x"), None)
+            stride = abs(flat.get(lane.var, 0.0)) if lane is not None else 0.0
+            # 32-byte sectors a warp touches vs the fewest its bytes need
+            span = (min(lane.extent, self.hw.warp_size) - 1) * stride * item + item if lane else item
+            need = math.ceil(min(lane.extent if lane else 1, self.hw.warp_size) * item / 32)
+            gpu = [float(buf.scope == "shared"), _l(stride), float(math.ceil(span / 32) > need)]
         return [float(a.read), float(a.write), float(buf.scope != "global"),
                 _l(execs * item * len(a.indices)), _l(unique), _l(lines), _l(inner),
-                float(inner == 0.0), float(inner == 1.0), _l(reuse_ct), _l(reuse_iter), _l(reuse_bytes)]
+                float(inner == 0.0), float(inner == 1.0), _l(reuse_ct), _l(reuse_iter), _l(reuse_bytes), *gpu]
 
 
 def _traffic(buffers: Sequence[tuple[int, list[int], list[dict[Var, float]]]], loops: Sequence[_Loop],
-             flops: float) -> list[float]:
+             flops: float, capacities: Sequence[int] = CAPACITIES) -> list[float]:
     """Estimated data movement into each tier of `CAPACITIES`.
 
     The working set inside loop ``k`` is the footprint of every buffer over the loops from
@@ -333,7 +385,7 @@ def _traffic(buffers: Sequence[tuple[int, list[int], list[dict[Var, float]]]], l
     for k in range(1, n + 1):
         outer[k] = outer[k - 1] * loops[k - 1].extent
     out: list[float] = []
-    for cap in CAPACITIES:
+    for cap in capacities:
         k = n
         while k > 0 and ws[k - 1] <= cap:
             k -= 1
@@ -342,10 +394,19 @@ def _traffic(buffers: Sequence[tuple[int, list[int], list[dict[Var, float]]]], l
     return out
 
 
-def program_features(func_body: object) -> np.ndarray:
-    """The program vector of a lowered (pre-pass) PrimFunc body."""
-    ex = _Extractor()
-    ex.visit_stmt(func_body)  # type: ignore[arg-type]
+def gpu_capacities(hw: GPULimits) -> tuple[int, ...]:
+    """The memory tiers of a GPU for `_traffic`, as seen from one block: its registers
+    (64 KiB), its shared memory (what a kernel may declare), L2 (~40 MiB), device memory."""
+    return (64 << 10, hw.static_smem, 40 << 20, 1 << 40)
+
+
+def program_features(func_body: object, hw: GPULimits | None = None,
+                     kernels: Sequence[object] | None = None) -> np.ndarray:
+    """The program vector of a lowered (pre-pass) PrimFunc body; for a cuda target ``hw``
+    gives its limits, and ``kernels`` the bodies of each kernel (several root stages)."""
+    ex = _Extractor(hw)
+    for body in kernels or [func_body]:
+        ex.visit_stmt(body)  # type: ignore[arg-type]
     stores = sorted(ex.stores, key=lambda t: -t[0])
     out: list[float] = []
     n_f = len(STORE_FEATURES)
@@ -353,20 +414,32 @@ def program_features(func_body: object) -> np.ndarray:
         out += stores[k][1] if k < len(stores) else [0.0] * n_f
     total = sum(w for w, _ in stores)
     out += [float(len(stores)), _l(total), _l(ex.max_alloc)]
+    if hw is None:
+        out += [0.0] * len(GPU_PROGRAM)
+    else:
+        per_sm = hw.max_dynamic_smem // max(ex.shared, 1) if ex.shared else 32
+        waves = ex.max_blocks / (hw.sm_count * max(min(per_sm, 32), 1))
+        out += [_l(ex.max_threads), _l(ex.max_blocks), _l(ex.shared), ex.shared / hw.static_smem,
+                _l(ex.local), _l(per_sm), _l(waves), float(len(kernels or [func_body]))]
     return np.asarray(out, dtype=np.float32)
 
 
 def extract_features(task: SearchTask, steps: Sequence[Step]) -> np.ndarray | None:
     """Features of ``steps`` applied to ``task``, or None when they do not lower."""
+    from tecomp.codegen.target import Target
     from tecomp.errors import TecompError
     from tecomp.lowering import lower
 
+    tgt = Target.parse(task.target)
     try:
         sch, args = task.apply_steps(steps)
-        func = lower(sch, args, name="features", passes=False)
+        func = lower(sch, args, name="features", passes=False, target=tgt if tgt.is_gpu else None)
     except TecompError:
         return None
-    return program_features(func.body)
+    if not tgt.is_gpu:
+        return program_features(func.body)
+    kernels = [k.body for k in func.attrs.get("kernels") or [func]]
+    return program_features(func.body, tgt.gpu, kernels)
 
 
 def features_job(task: SearchTask, steps_list: Sequence[Sequence[Step]]) -> list[np.ndarray | None]:

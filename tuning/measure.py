@@ -54,6 +54,9 @@ class MeasureErrorNo(enum.Enum):
     RUN_CRASH = 7  # the measuring process died (segfault, abort)
     WRONG_ANSWER = 8  # output differs from the default schedule's
     UNKNOWN_ERROR = 9
+    # a GPU kernel that cannot launch on its target (threads per block, shared memory,
+    # registers x threads) or spills: filtered after the build, never run (tuning.gpu_measure)
+    RESOURCE_LIMIT = 10
 
 
 class HasSteps(Protocol):
@@ -96,6 +99,8 @@ class BuildResult:
     error: MeasureErrorNo = MeasureErrorNo.NO_ERROR
     error_msg: str = ""
     time_s: float = 0.0
+    # what the builder learnt about the candidate (GPU: launch extents, ptxas resources)
+    info: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 class Timed:
@@ -124,6 +129,9 @@ class MeasureResult(Timed):
     build_s: float = 0.0
     run_s: float = 0.0
     timestamp: float = field(default_factory=time.time)
+    # how ``costs`` were obtained: "" for a real measurement on the target, or a label such
+    # as `tuning.gpu_measure.STANDIN_TIMING` for the CI stand-in (never a real measurement)
+    timing: str = ""
 
 
 # worker processes -----------------------------------------------------------------------------
@@ -361,7 +369,10 @@ class LocalBuilder:
         return results
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
-        outs = self.map(_build_job, [(inp.task, inp.steps, "default_function") for inp in inputs])
+        return self._collect(self.map(_build_job, [(inp.task, inp.steps, "default_function") for inp in inputs]))
+
+    def _collect(self, outs: Sequence[Any]) -> list[BuildResult]:
+        """Build results from `map`'s answers (a failed job becomes its error)."""
         results = []
         for out in outs:
             if isinstance(out, TimeoutError):
@@ -449,7 +460,10 @@ def _prepare_job(task: SearchTask, cache_dir: str) -> str:
         with np.load(path) as z:
             refs = [z[f"o{k}"] for k in outputs]
     else:
-        mod = tc.build(task.create_schedule(), task.tensors, target=task.target, name="reference")
+        # a GPU task's default schedule binds no thread (it cannot build for cuda): its
+        # reference is the same computation on this CPU
+        ref_target = "llvm" if task.target.startswith("cuda") else task.target
+        mod = tc.build(task.create_schedule(), task.tensors, target=ref_target, name="reference")
         mod(*arrays)
         refs = [arrays[k].copy() for k in outputs]
         np.savez(path + ".tmp.npz", **{f"o{k}": r for k, r in zip(outputs, refs)})
@@ -542,6 +556,11 @@ class LocalRunner:
     ``budget_s`` is not timed again: it is far from the best and further calls only cost.
     """
 
+    # the jobs run in the measuring process (module-level functions: they are pickled by
+    # name); a runner for another kind of device overrides them
+    prepare_job: Callable[..., str] = staticmethod(_prepare_job)
+    run_job: Callable[..., tuple[Any, ...]] = staticmethod(_run_job)
+
     def __init__(self, timeout: float = 10.0, number: int = 3, repeat: int = 3,
                  min_repeat_ms: float = 20.0, flush_cache: bool = False, check: bool = True,
                  rtol: float = 1e-3, budget_s: float = 1.0, ref_timeout: float = 600.0,
@@ -559,7 +578,7 @@ class LocalRunner:
         w = self.worker
         if task.workload_key in w.memo and w.proc is not None and w.proc.is_alive():
             return None
-        w.submit(_prepare_job, task, self.workdir)
+        w.submit(self.prepare_job, task, self.workdir)
         try:
             out = w.receive(self.ref_timeout)
         except TimeoutError:
@@ -590,18 +609,21 @@ class LocalRunner:
         if problem is not None:
             return MeasureResult((), MeasureErrorNo.UNKNOWN_ERROR, problem, build_s=b.time_s)
         t0 = time.perf_counter()
-        self.worker.submit(_run_job, inp.task.workload_key, b, self.options)
+        self.worker.submit(self.run_job, inp.task.workload_key, b, self.options)
+        timing = ""
         try:
             res = self.worker.receive(self.timeout)
             if isinstance(res, _Failure):
                 err, costs, msg = MeasureErrorNo.UNKNOWN_ERROR, (), res.message
             else:
                 err, costs, msg = MeasureErrorNo[res[0]], res[1], res[2]
+                timing = res[3] if len(res) > 3 else ""
         except TimeoutError:
             err, costs, msg = MeasureErrorNo.RUN_TIMEOUT, (), f"no result in {self.timeout:g} s"
         except _Died as e:
             err, costs, msg = MeasureErrorNo.RUN_CRASH, (), str(e)
-        return MeasureResult(costs, err, msg, build_s=b.time_s, run_s=time.perf_counter() - t0)
+        return MeasureResult(costs, err, msg, build_s=b.time_s, run_s=time.perf_counter() - t0,
+                             timing=timing if err == MeasureErrorNo.NO_ERROR else "")
 
     def reset(self) -> None:
         """Kill the measuring process; a new one starts (and reloads references) when needed."""

@@ -49,7 +49,7 @@ class EvolutionarySearch:
         self.model = model
         self.rng = rng
         self.options = options or SearchOptions()
-        self.space = space or SearchSpace(task)
+        self.space = space or task.make_space()
         self.measured: dict[str, float] = {}  # steps key -> mean cost (inf: failed)
         self._elite_pool: dict[str, tuple[float, Candidate]] = {}
         self._timings: dict[str, list[float]] = {}  # steps key -> every mean measured here

@@ -701,17 +701,34 @@ def _attach_options(state: State, name: str) -> list[tuple[str, int]]:
 
 
 class SearchSpace:
-    """Sketches of a task and the ways to draw, mutate and cross candidates from them."""
+    """Sketches of a task and the ways to draw, mutate and cross candidates from them.
+
+    This class is the CPU space and the base of the others: a space for another target kind
+    overrides `make_sketches` (its sketch rules) and `builder` (how a sketch and knob values
+    become steps), registers itself with `register_space`, and inherits sampling, mutation
+    and crossover, which only deal in knob values. `space_for` picks the class by the task's
+    target kind.
+    """
+
+    #: the target kind (``Target.kind``) this space is for
+    kind = "llvm"
 
     def __init__(self, task: SearchTask) -> None:
         self.task = task
-        self.sketches = generate_sketches(task)
+        self.sketches: Sequence[Sketch] = self.make_sketches(task)
+
+    def make_sketches(self, task: SearchTask) -> Sequence[Sketch]:
+        return generate_sketches(task)
+
+    def builder(self, sketch: Sketch, params: Mapping[str, Any],
+                rng: np.random.Generator | None) -> _Builder:
+        return _Builder(self.task, sketch, params, rng)
 
     def instantiate(self, sketch: int, params: Mapping[str, Any],
                     rng: np.random.Generator | None = None) -> Candidate | None:
         """The candidate for these knob values (missing/invalid ones drawn from ``rng``), or
         None when the schedule primitives reject the combination."""
-        b = _Builder(self.task, self.sketches[sketch], params, rng)
+        b = self.builder(self.sketches[sketch], params, rng)
         try:
             b.build()
         except TecompError:
@@ -751,5 +768,35 @@ class SearchSpace:
         return self.instantiate(a.sketch, params, rng)
 
 
+# target kind -> space class; kinds whose module is imported on first use (not at import of
+# this module: those modules build on this one)
+_SPACES: dict[str, type[SearchSpace]] = {"llvm": SearchSpace}
+_SPACE_MODULES = {"cuda": "tuning.gpu_space"}
+
+
+def register_space(cls: type[SearchSpace]) -> type[SearchSpace]:
+    """Class decorator: ``cls`` is the search space of tasks whose target kind is ``cls.kind``."""
+    _SPACES[cls.kind] = cls
+    return cls
+
+
+def space_for(task: SearchTask) -> SearchSpace:
+    """The search space of ``task``, by the kind of its target."""
+    from tecomp.codegen.target import Target
+
+    kind = Target.parse(task.target).kind
+    if kind not in _SPACES and kind in _SPACE_MODULES:
+        import importlib
+
+        importlib.import_module(_SPACE_MODULES[kind])
+    cls = _SPACES.get(kind)
+    if cls is None:
+        from .task import TuningError
+
+        raise TuningError(f"no search space for target kind {kind!r} (task {task.name}); "
+                          f"known: {sorted(set(_SPACES) | set(_SPACE_MODULES))}")
+    return cls(task)
+
+
 __all__ = ["Candidate", "SearchSpace", "Sketch", "StagePlan", "factorizations",
-           "generate_sketches", "mutate_tile", "sample_tile"]
+           "generate_sketches", "mutate_tile", "register_space", "sample_tile", "space_for"]

@@ -250,6 +250,43 @@ class RfactorStep(Step):
         state.sch.rfactor(st.op.output(0), _leaf(state, self.stage, self.axis), self.factor_axis)
 
 
+@dataclass(frozen=True)
+class BindStep(Step):
+    """Bind leaf ``axis`` to the GPU thread index ``tag`` ("blockIdx.x", "threadIdx.x",
+    "vthread"). Each bind makes its own ``te.thread_axis``: loops of one tag then may differ
+    in extent (the launch takes the largest, the narrower loops are masked), which one shared
+    thread_axis object would refuse."""
+
+    KIND: ClassVar[str] = "bind"
+    axis: int
+    tag: str
+
+    def apply(self, state: State) -> None:
+        from tecomp import te
+
+        st = state.stage(self.stage)
+        st.bind(_leaf(state, self.stage, self.axis), te.thread_axis(self.tag))
+
+
+@dataclass(frozen=True)
+class StorePredicateStep(Step):
+    """Store the stage's results only on thread 0 of its loop bound to ``tag`` (TVM's
+    ``set_store_predicate(tx.var.equal(0))``): after a cross-thread reduction every thread
+    holds the result, one writes it."""
+
+    KIND: ClassVar[str] = "store_predicate"
+    tag: str
+
+    def apply(self, state: State) -> None:
+        st = state.stage(self.stage)
+        for leaf in st.leaf_iter_vars:
+            a = st.iter_var_attrs.get(leaf)
+            if a is not None and a.bind_thread is not None and a.bind_thread.thread_tag == self.tag:
+                st.set_store_predicate(a.bind_thread.var.equal(0))
+                return
+        raise ScheduleError(f"stage {self.stage}: no loop is bound to {self.tag}")
+
+
 def _tuplify(v: Any) -> Any:
     return tuple(_tuplify(x) for x in v) if isinstance(v, (list, tuple)) else v
 
@@ -342,7 +379,8 @@ def steps_key(steps: Sequence[Step]) -> str:
 
 
 __all__ = [
-    "AnnotationStep", "CacheReadStep", "CacheWriteStep", "ComputeAtStep", "ComputeInlineStep",
+    "AnnotationStep", "BindStep", "CacheReadStep", "CacheWriteStep", "ComputeAtStep", "ComputeInlineStep",
     "ComputeRootStep", "FuseStep", "PragmaStep", "ReorderStep", "RfactorStep", "SplitStep",
-    "State", "Step", "TemplateConfigStep", "step_from_json", "steps_from_json", "steps_key", "steps_to_json",
+    "State", "Step", "StorePredicateStep", "TemplateConfigStep", "step_from_json", "steps_from_json",
+    "steps_key", "steps_to_json",
 ]

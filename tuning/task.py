@@ -311,15 +311,16 @@ class SearchTask:
         return te.create_schedule(self.outputs)
 
     def make_space(self) -> SearchSpace:
-        """The space the tuner searches: sketches derived from the DAG (`SearchSpace`), or
-        the knobs of a template (`tuning.template.TemplateSpace`)."""
+        """The space the tuner searches: sketches derived from the DAG (`SearchSpace`, or the
+        space registered for the target's kind: `tuning.gpu_space` for cuda), or the knobs of
+        a template (`tuning.template.TemplateSpace`)."""
         if self.is_template:
             from .template import TemplateSpace
 
             return TemplateSpace(self)
-        from .space import SearchSpace  # not at the top: tuning.space imports this module
+        from .space import space_for  # not at the top: tuning.space imports this module
 
-        return SearchSpace(self)
+        return space_for(self)
 
     def apply_steps(self, steps: Sequence[Step]) -> tuple[Schedule, list[Tensor]]:
         """Replay ``steps`` onto a fresh default schedule; returns ``(schedule, args)``.

@@ -221,8 +221,9 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     if not isinstance(cost_model, CostModel) and cost_model not in ("xgb", "random"):
         raise TuningError(f"tune: unknown cost_model {cost_model!r} (use 'xgb', 'random' or a CostModel)")
     own_builder, own_runner = builder is None, runner is None
-    builder = builder or LocalBuilder()
-    runner = runner or LocalRunner()
+    # the measurers of the tasks' target kind; a cuda task on a machine without a GPU stops
+    # here, before anything is searched or logged
+    builder, runner = _measurers(tasks, builder, runner)
     features = FeatureCache(builder.map, builder.n_workers)
     writer = RecordWriter(log) if log else None
     # one random stream per task; each stream's first draw seeds a model, as when every task
@@ -250,6 +251,33 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     if progress and results:
         print(tune_report(results), file=sys.stderr)
     return results
+
+
+def _measurers(tasks: Sequence[SearchTask], builder: LocalBuilder | None,
+               runner: LocalRunner | None) -> tuple[LocalBuilder, LocalRunner]:
+    """The builder and runner for ``tasks`` (the given ones, or the defaults of their target
+    kind: `GpuBuilder`/`GpuRunner` for cuda); TuningError when they do not fit."""
+    from tecomp.codegen.target import Target
+
+    kinds = {Target.parse(t.target).kind for t in tasks}
+    if len(kinds) > 1:
+        raise TuningError(f"tune: the tasks mix target kinds {sorted(kinds)}; tune each kind in a call "
+                          "of its own (candidates are measured on one device)")
+    if kinds != {"cuda"}:
+        return builder or LocalBuilder(), runner or LocalRunner()
+    from .gpu_measure import GpuBuilder, GpuRunner
+
+    if runner is None:
+        runner = GpuRunner()  # raises at once without a GPU
+    elif type(runner) is LocalRunner:
+        raise TuningError("tune: cuda tasks are measured on a GPU; pass a tuning.gpu_measure.GpuRunner "
+                          "(or no runner), not a LocalRunner (which runs CPU code)")
+    if builder is None:
+        builder = GpuBuilder()
+    elif not isinstance(builder, GpuBuilder):
+        raise TuningError("tune: cuda tasks are built by a tuning.gpu_measure.GpuBuilder (PTX and the "
+                          "launch filter), not a LocalBuilder")
+    return builder, runner
 
 
 def _make_model(cost_model: str | CostModel, seed: int, features: FeatureCache) -> CostModel:

@@ -1,0 +1,247 @@
+"""GPU auto-tuning (issue 16) on a machine without a GPU: the cuda sketch space builds legal
+kernels (emulated against numpy), candidates that cannot launch are filtered with a recorded
+reason, the tuning loop runs end to end with the emulating stand-in runner (its timings are
+labelled and refused outside tests), and `tecomp tune --target cuda` stops at once."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tuning_workloads as wl
+
+import tecomp as tc
+import tuning
+from tecomp.codegen.target import Target
+from tuning.cli import main
+from tuning.gpu_measure import (
+    STANDIN_ENV,
+    STANDIN_TIMING,
+    EmulatingRunner,
+    GpuBuilder,
+    ptxas_problems,
+    standin_cost,
+)
+from tuning.gpu_space import GpuSearchSpace
+from tuning.measure import MeasureErrorNo, MeasureInput, MeasureResult
+from tuning.records import RecordWriter, load_records
+from tuning.steps import BindStep, StorePredicateStep, steps_from_json, steps_to_json
+from tuning.task import SearchTask, TuningError
+
+CUDA = "cuda -arch=sm_80"
+
+
+def _has_gpu() -> bool:
+    from tecomp.runtime.cuda import cuda_available
+
+    return cuda_available()[0]
+
+
+def _arrays(task: SearchTask, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, tuple(int(d.value) for d in t.shape)).astype(t.dtype) for t in task.tensors]
+
+
+def _reference(task: SearchTask, arrays: list[np.ndarray]) -> np.ndarray:
+    out = [a.copy() for a in arrays]
+    tc.build(task.create_schedule(), task.tensors, target="llvm")(*out)
+    return out[-1]
+
+
+def _emulate(task: SearchTask, steps: Any, arrays: list[np.ndarray]) -> np.ndarray:
+    sch, args = task.apply_steps(steps)
+    f = tc.build(sch, args, target=task.target)
+    out = [a.copy() for a in arrays]
+    out[-1][...] = np.nan
+    f.emulate(*out)
+    return out[-1]
+
+
+# the sketch space -----------------------------------------------------------------------------
+
+SPACES = [
+    pytest.param(wl.matmul, (16, 16, 16), ["C:SSSRRSRS+cache_write+shared(A,B)", "C:SSSRRSRS+cache_write"],
+                 id="gemm"),
+    pytest.param(wl.conv2d, (1, 2, 6, 6, 4, 3, 3, 1),
+                 ["pad:inline, conv:SSSRRSRS+cache_write+shared(pad,kernel)", "pad:inline, conv:SSSRRSRS+cache_write"],
+                 id="conv2d"),
+    pytest.param(wl.softmax, (4, 64), None, id="softmax"),
+    pytest.param(wl.matmul_relu, (16, 16, 16), ["C:SSSRRSRS+under D+shared(A,B)", "C:SSSRRSRS+under D"],
+                 id="gemm-relu"),
+]
+
+
+@pytest.mark.parametrize("func,args,sketches", SPACES)
+def test_sketch_space_gives_legal_kernels(func: Any, args: tuple[int, ...], sketches: list[str] | None) -> None:
+    task = SearchTask(func, args, target=CUDA)
+    space = task.make_space()
+    assert isinstance(space, GpuSearchSpace)
+    described = [s.describe() for s in space.sketches]
+    if sketches is not None:
+        assert described == sketches
+    else:  # softmax: the row max and sum reduce across threads, or a thread per row
+        assert "e:inline, mx:cross_thread, sm:cross_thread" in described and "e:inline" in described
+    arrays = _arrays(task)
+    ref = _reference(task, arrays)
+    rng = np.random.default_rng(7)  # seeded: the same candidates on every run
+    for k in range(len(space.sketches)):
+        for _ in range(2):
+            c = space.instantiate(k, {}, rng)
+            assert c is not None
+            assert any(isinstance(s, BindStep) and s.tag == "threadIdx.x" for s in c.steps)
+            np.testing.assert_allclose(_emulate(task, c.steps, arrays), ref, rtol=1e-4, atol=1e-4)
+            # the knob values re-create the same steps (how a resumed search continues)
+            assert space.instantiate(k, c.param_dict).key == c.key  # type: ignore[union-attr]
+
+
+def test_sampling_is_seeded_and_respects_the_thread_limit() -> None:
+    task = SearchTask(wl.matmul, (64, 64, 64), target=CUDA)
+    space = task.make_space()
+    a = [space.sample(np.random.default_rng(3)) for _ in range(2)]
+    assert a[0] is not None and a[1] is not None and a[0].key == a[1].key
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        c = space.sample(rng)
+        assert c is not None
+        p = c.param_dict
+        threads = math.prod(p[f"C/S{d}"][1] for d in range(2))
+        assert 32 <= threads <= 1024
+    # mutation and crossover stay in the space
+    x, y = space.sample(rng), space.sample(rng)
+    assert x is not None and y is not None
+    assert space.mutate(x, rng) is not None and space.crossover(x, y, rng) is not None
+
+
+def test_cross_thread_reduction_sketch_binds_the_reduction() -> None:
+    task = SearchTask(wl.softmax, (4, 64), target=CUDA)
+    space = task.make_space()
+    k = [s.describe() for s in space.sketches].index("e:inline, mx:cross_thread, sm:cross_thread")
+    c = space.instantiate(k, {}, np.random.default_rng(0))
+    assert c is not None
+    preds = {s.stage for s in c.steps if isinstance(s, StorePredicateStep)}
+    assert preds == {"mx", "sm"}
+    sch, args = task.apply_steps(c.steps)
+    assert "shfl_xor_sync" in tc.build(sch, args, target=CUDA).get_source("tir")
+
+
+def test_gpu_steps_round_trip_through_json() -> None:
+    steps = (BindStep("C", 0, "blockIdx.x"), StorePredicateStep("C", "threadIdx.x"))
+    assert steps_from_json(steps_to_json(steps)) == steps
+
+
+# launch filtering -----------------------------------------------------------------------------
+
+
+def _gemm_candidate(space: Any, params: dict[str, Any]) -> Any:
+    c = space.instantiate(0, params, np.random.default_rng(0))
+    assert c is not None
+    return c
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(STANDIN_ENV, "1")
+
+
+def test_candidates_that_cannot_launch_are_recorded_with_their_reason(tmp_path: Path, standin: None) -> None:
+    task = SearchTask(wl.matmul, (128, 128, 256), target=CUDA)
+    space = task.make_space()
+    too_many = _gemm_candidate(space, {"C/S0": (1, 32, 1, 1), "C/S1": (1, 64, 1, 1), "C/R0": (1, 1)})
+    too_much_smem = _gemm_candidate(space, {"C/S0": (1, 16, 8, 1), "C/S1": (1, 16, 1, 1), "C/R0": (8, 16)})
+    builder = GpuBuilder(n_workers=2)
+    runner = EmulatingRunner(timeout=60)
+    try:
+        inputs = [MeasureInput.of(task, c) for c in (too_many, too_much_smem)]
+        builds = builder.build(inputs)
+        results = runner.run(inputs, builds)
+    finally:
+        builder.close()
+        runner.close()
+    assert [r.error for r in results] == [MeasureErrorNo.RESOURCE_LIMIT] * 2
+    assert "2048 threads per block exceed sm_80's limit of 1024" in results[0].error_msg
+    assert "bytes of shared memory exceed the 49152 bytes" in results[1].error_msg
+    log = tmp_path / "filtered.jsonl"
+    with RecordWriter(str(log)) as w:
+        for inp, res in zip(inputs, results):
+            w.write(inp, res)
+    recs = load_records(str(log))
+    assert [r.error for r in recs] == [MeasureErrorNo.RESOURCE_LIMIT] * 2 and not any(r.timing for r in recs)
+
+
+def test_ptxas_resources_filter() -> None:
+    tgt = Target.parse(CUDA)
+    ok = {"k": {"registers": 64, "threads": 256, "spill_stores": 0, "spill_loads": 0}}
+    assert ptxas_problems(ok, tgt, allow_spills=False) == []
+    heavy = {"k": {"registers": 255, "threads": 1024}}
+    assert "exceed the 65536 registers" in ptxas_problems(heavy, tgt, allow_spills=False)[0]
+    spills = {"k": {"registers": 255, "threads": 128, "spill_stores": 16, "spill_loads": 16}}
+    assert "spills" in ptxas_problems(spills, tgt, allow_spills=False)[0]
+    assert ptxas_problems(spills, tgt, allow_spills=True) == []
+
+
+# the tuning loop with the emulating stand-in ---------------------------------------------------
+
+
+def test_tune_cuda_end_to_end_with_the_emulating_stand_in(tmp_path: Path, standin: None) -> None:
+    task = SearchTask(wl.matmul, (16, 16, 16), target=CUDA)
+    log = tmp_path / "gpu.jsonl"
+    builder, runner = GpuBuilder(n_workers=2), EmulatingRunner(timeout=60)
+    try:
+        (res,) = tuning.tune([task], trials=6, batch_size=3, log=str(log), seed=0, builder=builder,
+                             runner=runner, progress=False, remeasure=0,
+                             search=tuning.SearchOptions(population=8, generations=1, fresh_pool=8))
+    finally:
+        builder.close()
+        runner.close()
+    assert res.trials == 6 and math.isfinite(res.best_cost)
+    recs = load_records(str(log))
+    assert len(recs) == 6
+    valid = [r for r in recs if r.valid]
+    assert valid and all(r.timing == STANDIN_TIMING for r in valid)
+    assert all(r.error in (MeasureErrorNo.NO_ERROR, MeasureErrorNo.RESOURCE_LIMIT) for r in recs)
+    # records round-trip: the task rebuilds from the log, the knobs re-create the steps
+    rec = tuning.best_record(str(log), task)
+    again = rec.task()
+    assert again.target == task.target and again.workload_key == task.workload_key
+    c = task.make_space().instantiate(rec.sketch, dict(rec.params))  # type: ignore[arg-type]
+    assert c is not None and c.key == rec.key
+    s, args = task.apply_best(str(log))
+    arrays = _arrays(task, seed=1)
+    np.testing.assert_allclose(_emulate(task, rec.steps, arrays), _reference(task, arrays), rtol=1e-4, atol=1e-4)
+
+
+def test_standin_timings_are_refused_outside_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(STANDIN_ENV, raising=False)
+    with pytest.raises(TuningError, match="tecomp's own tests only"):
+        EmulatingRunner()
+    task = SearchTask(wl.matmul, (16, 16, 16), target=CUDA)
+    fake = MeasureResult((1e-6,), MeasureErrorNo.NO_ERROR, timing=STANDIN_TIMING)
+    log = tmp_path / "user.jsonl"
+    with RecordWriter(str(log)) as w, pytest.raises(TuningError, match="not measurements"):
+        w.write(MeasureInput(task, ()), fake)
+    assert not load_records(str(log))
+    assert standin_cost({"kernels": {"k": {"threads": 64, "blocks": 4, "registers": 32}}}, 1e6) > 0
+
+
+@pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU")
+def test_tune_cuda_without_a_gpu_stops_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    task = SearchTask(wl.matmul, (16, 16, 16), target=CUDA)
+    with pytest.raises(TuningError, match="needs an NVIDIA GPU"):
+        tuning.tune([task], trials=4, log=str(tmp_path / "t.jsonl"), progress=False)
+    assert not (tmp_path / "t.jsonl").exists()
+    log = tmp_path / "cli.jsonl"
+    assert main(["tune", "matmul", "--args", "16", "16", "16", "--target", "cuda", "--trials", "4",
+                 "--log", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert "needs an NVIDIA GPU" in err and "Traceback" not in err
+    assert not log.exists()
+
+
+def test_cuda_tasks_refuse_cpu_measurers() -> None:
+    task = SearchTask(wl.matmul, (16, 16, 16), target=CUDA)
+    cpu = SearchTask(wl.matmul, (16, 16, 16))
+    with pytest.raises(TuningError, match="mix target kinds"):
+        tuning.tune([task, cpu], trials=1, progress=False)
