@@ -67,10 +67,20 @@ def _tag(st: Stage, iv: IterVar) -> str | None:
     return a.bind_thread.thread_tag if a is not None and a.bind_thread is not None else None
 
 
-def block_extents(lw: Lowering) -> dict[str, int]:
-    """threadIdx extents of the kernel's block: the widest loop bound to each tag."""
+def _root(st: Stage) -> Stage:
+    while st.attach_stage is not None:
+        st = st.attach_stage
+    return st
+
+
+def block_extents(lw: Lowering, st: Stage) -> dict[str, int]:
+    """threadIdx extents of the block of ``st``'s kernel: the widest loop bound to each tag
+    among the stages of that kernel (one kernel per root stage: the others have their own)."""
     out: dict[str, int] = {}
+    root = _root(st)
     for s in lw.stages:
+        if _root(s) is not root:
+            continue
         b = lw.bounds[s]
         for iv in s.leaf_iter_vars:
             tag = _tag(s, iv)
@@ -263,7 +273,7 @@ def cross_thread_nest(lw: Lowering, st: Stage) -> Stmt:
                 "warp shuffles) and cannot be vectorized; vectorize a loop of another stage")
 
     # which threads reduce together, read from the loops around the reduction point
-    block = block_extents(lw)
+    block = block_extents(lw, st)
     here: dict[str, tuple[Var, int, str]] = {}
     around = [(_tag(st, iv), iv, st) for iv in common] + enclosing_threads(st)
     for tag, iv, owner in around:

@@ -356,3 +356,28 @@ def test_shuffles_in_a_loop_with_a_tail_are_reached_by_every_lane() -> None:
     b = np.zeros(15, np.float32)
     f.emulate(a, b)
     np.testing.assert_allclose(b, a.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_each_kernel_has_its_own_block_for_a_cross_thread_reduction() -> None:
+    # two root stages are two kernels: the reduction's 32 threads are compared with the block
+    # of its own kernel, not with the 64 threads of the elementwise kernel before it
+    n, m = 6, 96
+    A = te.placeholder((n, m), name="A")
+    E = te.compute((n, m), lambda i, j: A[i, j] * 2.0, name="E")
+    k = te.reduce_axis((0, m), name="k")
+    B = te.compute((n,), lambda i: te.sum(E[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    fo, fi = s[E].split(s[E].fuse(*E.op.axis), factor=64)
+    s[E].bind(fo, te.thread_axis("blockIdx.x"))
+    s[E].bind(fi, te.thread_axis("threadIdx.x"))
+    _, ki = s[B].split(B.op.reduce_axis[0], factor=32)
+    tx = te.thread_axis("threadIdx.x")
+    s[B].bind(ki, tx)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[B].set_store_predicate(tx.var.equal(0))
+    f = tc.build(s, [A, B], target="cuda")
+    a = _rand(n, m)
+    out = np.zeros(n, np.float32)
+    f.emulate(a, out)
+    np.testing.assert_allclose(out, (a * 2).sum(1), rtol=1e-5)
+    assert len(f["main"].kernels) == 2
