@@ -130,7 +130,8 @@ NP = dict(
     sqrt=lambda x: np.sqrt(np.abs(x)), sqrtp=lambda x: np.sqrt(np.abs(x) + 0.25),
     add=np.add, sub=np.subtract, mul=np.multiply, max=np.maximum, min=np.minimum,
     tdiv=lambda x, c: np.abs(x) // abs(c) * np.sign(x) * np.sign(c), fdiv=np.divide,
-    floordiv=np.floor_divide, mod=np.mod,
+    floordiv=np.floor_divide, mod=np.mod, truncmod=np.fmod, ceildiv=lambda x, c: -(-x // c),
+    band=np.bitwise_and, bxor=np.bitwise_xor, shr=np.right_shift, shl=np.left_shift,
 )
 TE = dict(
     dim=lambda d: d.expr, imin=lambda a, b: te.min(tc.const(a) if isinstance(a, int) else a, b),
@@ -142,6 +143,8 @@ TE = dict(
     sqrt=lambda x: te.sqrt(te.abs(x)), sqrtp=lambda x: te.sqrt(te.abs(x) + 0.25),
     add=lambda a, b: a + b, sub=lambda a, b: a - b, mul=lambda a, b: a * b, max=te.max, min=te.min,
     tdiv=lambda x, c: x / c, fdiv=lambda x, c: x / c, floordiv=lambda x, c: x // c, mod=lambda x, c: x % c,
+    truncmod=te.truncmod, ceildiv=te.ceildiv, band=lambda x, c: x & c, bxor=lambda x, c: x ^ c,
+    shr=lambda x, c: x >> c, shl=lambda x, c: x << c,
 )
 TXT = {k: (lambda k: lambda *a: Src(f"{k}({', '.join(map(str, a))})"))(k) for k in NP}
 TXT.update(
@@ -158,6 +161,9 @@ TXT.update(
     sqrt=lambda x: Src(f"te.sqrt(te.abs({x}))"), sqrtp=lambda x: Src(f"te.sqrt(te.abs({x}) + 0.25)"),
     add=Src.__add__, sub=lambda a, b: Src(f"({a} - {b})"), mul=Src.__mul__,
     tdiv=Src.__truediv__, fdiv=Src.__truediv__, floordiv=Src.__floordiv__, mod=Src.__mod__,
+    truncmod=lambda x, c: Src(f"te.truncmod({x}, {c})"), ceildiv=lambda x, c: Src(f"te.ceildiv({x}, {c})"),
+    band=lambda x, c: Src(f"({x} & {c})"), bxor=lambda x, c: Src(f"({x} ^ {c})"),
+    shr=lambda x, c: Src(f"({x} >> {c})"), shl=lambda x, c: Src(f"({x} << {c})"),
 )
 for _k in ("abs", "tanh", "sigmoid", "max", "min"):
     TXT[_k] = (lambda k: lambda *a: Src(f"te.{k}({', '.join(map(str, a))})"))(_k)
@@ -454,9 +460,20 @@ class Gen:
             return ("un", "neg", n), i
         if kind == "cdiv":
             if i.dtype == "int32":
-                op = self.pick(["tdiv", "floordiv", "mod"])
-                c = self.pick([2, 3, -2, -3, 5]) if op != "mod" else self.pick([2, 3, 4, -3])
-                M = abs(c) if op == "mod" else i.M / abs(c) + 1
+                # TVM's division family and bit operations by a constant (issue 15)
+                op = self.pick(["tdiv", "floordiv", "mod", "truncmod", "ceildiv", "band", "bxor",
+                                "shr", "shl"])
+                if op in ("band", "bxor"):
+                    c = self.pick([1, 3, 7, 12, 255])
+                    M = c if op == "band" else i.M + 256  # x ^ c differs from x below bit 8
+                elif op in ("shr", "shl"):
+                    c = self.pick([1, 2, 3])
+                    M = i.M / 2 ** c + 1 if op == "shr" else i.M * 2 ** c
+                    if M > INT_MAX_MAG:  # keep int32 from overflowing
+                        op, M = "shr", i.M / 2 ** c + 1
+                else:
+                    c = self.pick([2, 3, -2, -3, 5]) if op not in ("mod", "truncmod") else self.pick([2, 3, 4, -3])
+                    M = abs(c) if op in ("mod", "truncmod") else i.M / abs(c) + 1
                 return ("cdiv", op, n, c), Info("int32", M, 0, 0.0)
             c = self.pick([2.0, -2.0, 4.0, 0.5, 3.0, -1.5])
             k = {2.0: 1, -2.0: 1, 4.0: 2, 0.5: -1}.get(c)
