@@ -6,7 +6,9 @@ configuration; at ``--emulate-n`` (default 256) the same schedule is emulated on
 checked against numpy, and the emulation time printed.
 
 The tensor-core section does the same for the fp16 GEMM (fp32 accumulate) on
-mma.sync.m16n8k16 + ldmatrix (sm_80+, `tensor_core_gemm_schedule`).
+mma.sync.m16n8k16 + ldmatrix (sm_80+, `tuning.gpu_space.tensor_core_gemm_schedule`, the
+schedule the tuner's tensor-core sketch builds too): 128x128 block tile, 2x2 warps, k-step 32,
+A and B tiles software-pipelined with 16-byte cp.async in ``--depth`` stages (default 3).
 
 With a GPU (cuda-bindings installed, a device present): GFLOP/s of the tecomp kernels and of
 ``torch.matmul`` (cuBLAS; TF32 off for fp32, fp16 for the tensor-core one) on the same device,
@@ -20,13 +22,35 @@ Without one it says plainly "no GPU: skipped".
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 from typing import Any
 
 import numpy as np
 
-import tecomp as tc
-from tecomp import te
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import tecomp as tc  # noqa: E402
+from tecomp import te  # noqa: E402
+from tecomp.codegen.target import Target  # noqa: E402
+
+# the tensor-core schedule is shared with the tuner's tensor-core sketch (tuning/gpu_space.py)
+from tuning.gpu_space import tc_shared_bytes, tensor_core_gemm_schedule  # noqa: E402
+
+TC_DEPTH = 3  # cp.async stages of the benchmark's tensor-core GEMM
+TC_KNOBS: dict[str, Any] = {"block": (128, 128), "warps": (2, 2), "kstep": 32}
+
+
+def tc_knobs(depth: int, limit: int = 48 * 1024) -> dict[str, Any]:
+    """The tensor-core GEMM's knobs at ``depth`` stages: shared rows padded by 8 elements (no
+    ldmatrix bank conflicts) when the ring still fits the static shared memory; 128x128x32 at
+    depth 3 fills the 48 KB exactly, so it stays unpadded; depth 4 takes k-step 16 (padded)."""
+    knobs = dict(TC_KNOBS, depth=depth)
+    for kstep, pad in ((TC_KNOBS["kstep"], 8), (TC_KNOBS["kstep"], 0), (16, 8)):
+        if tc_shared_bytes(knobs["block"], kstep, depth, pad) <= limit:
+            return dict(knobs, kstep=kstep, pad=pad)
+    return dict(knobs, kstep=16, pad=0)
 
 
 def gemm_schedule(n: int, block: int = 64, threads: int = 8, kstep: int = 8) -> tuple[te.Schedule, list]:
@@ -67,93 +91,6 @@ def gemm_schedule(n: int, block: int = 64, threads: int = 8, kstep: int = 8) -> 
     return s, [A, B, C]
 
 
-def tensor_core_gemm_schedule(
-    m: int, n: int, k: int, dtype: str = "float16", block: tuple[int, int] = (128, 128),
-    warps: tuple[int, int] = (2, 2), kstep: int = 32,
-) -> tuple[te.Schedule, list]:
-    """``C[m, n] = sum_k float32(A[m, k]) * float32(B[k, n])`` on tensor cores (sm_80+).
-
-    A ``block`` tile of C per thread block, ``warps`` warps (threadIdx.y, threadIdx.z) each
-    owning a ``block / warps`` tile held in accumulator fragments; per ``kstep`` slice of k,
-    the block's tiles of A and B are staged in shared memory by all threads (16 bytes per
-    thread and copy), then each warp loads its A (ldmatrix.x4) and B (ldmatrix.x4.trans)
-    fragments 16 deep and issues one mma.m16n8k16 per 16x8 tile of its C tile; the fragments
-    are stored to C directly. threadIdx.x is the lane (32), as the intrinsics require."""
-    from tecomp.te import intrin_cuda as tci
-
-    A = te.placeholder((m, k), dtype, name="A")
-    B = te.placeholder((k, n), dtype, name="B")
-    r = te.reduce_axis((0, k), name="k")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r].astype("float32") * B[r, j].astype("float32"),
-                                               axis=r), name="C")
-    s = te.create_schedule(C.op)
-    AS = s.cache_read(A, "shared", [C])
-    BS = s.cache_read(B, "shared", [C])
-    AF = s.cache_read(AS, tci.MATRIX_A, [C])
-    BF = s.cache_read(BS, tci.MATRIX_B, [C])
-    CF = s.cache_write(C, tci.ACCUMULATOR)
-    bm, bn = block
-    wy, wz = warps
-    wm, wn = bm // wy, bn // wz
-    # the output stage: blocks, warps, then 16x8 tiles stored from the fragments
-    i, j = s[C].op.axis
-    bi, i = s[C].split(i, factor=bm)
-    bj, j = s[C].split(j, factor=bn)
-    wi, i = s[C].split(i, factor=wm)
-    wj, j = s[C].split(j, factor=wn)
-    mi, i16 = s[C].split(i, factor=16)
-    nj, j8 = s[C].split(j, factor=8)
-    s[C].reorder(bi, bj, wi, wj, mi, nj, i16, j8)
-    s[C].bind(bi, te.thread_axis("blockIdx.y"))
-    s[C].bind(bj, te.thread_axis("blockIdx.x"))
-    s[C].bind(wi, te.thread_axis("threadIdx.y"))
-    s[C].bind(wj, te.thread_axis("threadIdx.z"))
-    s[C].unroll(mi)
-    s[C].unroll(nj)
-    s[C].tensorize(i16, tci.store_c())
-    # the warp's accumulators
-    s[CF].compute_at(s[C], wj)
-    ci, cj = s[CF].op.axis
-    (ck,) = s[CF].op.reduce_axis
-    ko, ck = s[CF].split(ck, factor=kstep)
-    ki, k16 = s[CF].split(ck, factor=16)
-    cmi, ci16 = s[CF].split(ci, factor=16)
-    cnj, cj8 = s[CF].split(cj, factor=8)
-    s[CF].reorder(ko, ki, cmi, cnj, ci16, cj8, k16)
-    s[CF].unroll(ki)
-    s[CF].unroll(cmi)
-    s[CF].unroll(cnj)
-    s[CF].tensorize(ci16, tci.mma_sync(dtype))
-    # fragments, 16 deep in k
-    s[AF].compute_at(s[CF], ki)
-    s[BF].compute_at(s[CF], ki)
-    ai, ak = s[AF].op.axis
-    ami, ai16 = s[AF].split(ai, factor=16)
-    s[AF].reorder(ami, ai16, ak)
-    s[AF].unroll(ami)
-    s[AF].tensorize(ai16, tci.ldmatrix_a(dtype))
-    bk, bjj = s[BF].op.axis
-    bnj, bj16 = s[BF].split(bjj, factor=16)
-    s[BF].reorder(bnj, bk, bj16)
-    s[BF].unroll(bnj)
-    s[BF].tensorize(bk, tci.ldmatrix_b(dtype, n=16))
-    # shared tiles: 8 elements (16 bytes) per thread and copy
-    for X in (AS, BS):
-        s[X].compute_at(s[CF], ko)
-        row, col = s[X].op.axis
-        col, vec = s[X].split(col, factor=8)  # split before fusing: the 8 stay contiguous
-        fo = s[X].fuse(row, col)
-        fo, tx = s[X].split(fo, factor=32)
-        fo, ty = s[X].split(fo, factor=wy)
-        fo, tz = s[X].split(fo, factor=wz)
-        s[X].reorder(fo, tz, ty, tx, vec)
-        s[X].bind(tx, te.thread_axis("threadIdx.x"))
-        s[X].bind(ty, te.thread_axis("threadIdx.y"))
-        s[X].bind(tz, te.thread_axis("threadIdx.z"))
-        s[X].vectorize(vec)
-    return s, [A, B, C]
-
-
 def _report(f: Any, name: str, arch: str) -> None:
     res = f.resources
     if res is None:
@@ -175,14 +112,16 @@ def tensor_core_section(ns: argparse.Namespace, target: str) -> Any:
     if int(ns.arch.split("_")[1].rstrip("a")) < 80:
         print(f"tensor-core GEMM: skipped ({ns.arch} has no mma.m16n8k16 with fp32 accumulation)")
         return None
-    s, args = tensor_core_gemm_schedule(ns.n, ns.n, ns.n)
+    depth = ns.depth
+    knobs = tc_knobs(depth, Target.parse(target).gpu.static_smem)
+    s, args = tensor_core_gemm_schedule(ns.n, ns.n, ns.n, **knobs)
     f = tc.build(s, args, target=target, name="hgemm_tc")
-    print(f"tensor-core fp16 GEMM {ns.n}^3 (fp32 accumulate) for {target}: launch "
+    print(f"tensor-core fp16 GEMM {ns.n}^3 (fp32 accumulate) for {target}, {knobs}: launch "
           f"{ {k: str(v) for k, v in f['hgemm_tc'].launch.items()} }")
     _report(f, "hgemm_tc", ns.arch)
     if ns.emulate_n:
         n = ns.emulate_n
-        se, argse = tensor_core_gemm_schedule(n, n, n)
+        se, argse = tensor_core_gemm_schedule(n, n, n, **knobs)
         fe = tc.build(se, argse, target=target)
         rng = np.random.default_rng(0)
         a = rng.standard_normal((n, n)).astype(np.float16)
@@ -230,6 +169,8 @@ def main() -> None:
     p.add_argument("--arch", default="sm_80")
     p.add_argument("--emulate-n", type=int, default=256, help="size emulated on the CPU (0: skip)")
     p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--depth", type=int, default=TC_DEPTH, choices=(1, 2, 3, 4),
+                   help="cp.async pipeline stages of the tensor-core GEMM (1: none)")
     ns = p.parse_args()
     target = f"cuda -arch={ns.arch}"
 

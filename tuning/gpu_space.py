@@ -32,7 +32,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -63,6 +63,7 @@ from .steps import (
     PragmaStep,
     SplitStep,
     State,
+    Step,
     StorePredicateStep,
 )
 from .task import SearchTask
@@ -108,11 +109,17 @@ def generate_gpu_sketches(task: SearchTask) -> list[Sketch]:
     bodies = effective_bodies(sch)
     live = [st for st in sch.stages if isinstance(st.op, ComputeOp) and st.attach_type != "inline"]
     options: list[list[StagePlan]] = [[StagePlan(name, "inline")] for name in inline]
+    tc_ok = Target.parse(task.target).gpu.compute_capability >= (TC_MIN_ARCH // 10, 0)
     for st in live:
         op = st.op
         assert isinstance(op, ComputeOp)
         if not op.reduce_axis or op.num_outputs != 1:
             continue
+        if tc_ok and op.name in outputs and tc_gemm_operands(op) is not None:
+            # the tensor-core sketch first, then the SIMT tilings of the same GEMM
+            tc_opts = [StagePlan(op.name, "tensor_core")]
+        else:
+            tc_opts = []
         if _has_reuse(op, bodies[st]):
             fused = _fusible_consumer(st, live, bodies)
             consumer = fused if fused is not None and op.name not in outputs else None
@@ -121,7 +128,7 @@ def generate_gpu_sketches(task: SearchTask) -> list[Sketch]:
             shared = tuple(dict.fromkeys(t.op.name for t in op.input_tensors))
             opts = [StagePlan(op.name, "tile", cache_write=consumer is None, consumer=consumer, pack=p)
                     for p in (shared, ())]
-            options.append(opts)
+            options.append(tc_opts + opts)
         else:
             red = math.prod(_extent(r) for r in op.reduce_axis)
             if red >= CROSS_THREAD_MIN_REDUCE:
@@ -150,6 +157,12 @@ class _GpuBuilder(_Builder):
         for p in self.sketch.plans:
             if p.kind == "inline":
                 self.apply(ComputeInlineStep(p.stage))
+        for p in self.sketch.plans:
+            if p.kind == "tensor_core":
+                before = {st.op.name for st in self.state.sch.stages}
+                _tc_build(self, p.stage)
+                # the step schedules the stages it creates (shared, fragments) as well
+                done.update({st.op.name for st in self.state.sch.stages} - before, {p.stage})
         for p in self.sketch.plans:
             if p.kind != "tile":
                 continue
@@ -332,4 +345,256 @@ class GpuSearchSpace(SearchSpace):
         return _GpuBuilder(self.task, sketch, params, rng)
 
 
-__all__ = ["GpuSearchSpace", "GpuSketch", "generate_gpu_sketches"]
+__all__ = ["GpuSearchSpace", "GpuSketch", "TensorCoreStep", "generate_gpu_sketches", "schedule_tensor_core_gemm",
+           "tc_gemm_operands", "tc_shared_bytes", "tensor_core_gemm_schedule"]
+
+
+# tensor cores ---------------------------------------------------------------------------------
+#
+# The schedule lives here (not in tecomp: tecomp never imports tuning) so that the benchmark
+# (benchmarks/gpu_gemm.py) and the tuner's tensor-core sketch build the very same kernel.
+
+TC_DTYPES = ("float16", "bfloat16")
+TC_BLOCKS = (16, 32, 64, 128, 256)  # per spatial dimension of the block tile
+TC_WARPS = (1, 2, 4)  # per spatial dimension (threadIdx.y, threadIdx.z)
+TC_KSTEPS = (16, 32, 64)
+TC_DEPTHS = (1, 2, 3, 4)  # 1: loaded synchronously (no pipeline); 2-4: cp.async ring
+TC_PADS = (0, 8)  # elements appended to each shared row (storage_align): 16 bytes
+TC_MIN_ARCH = 80
+TC_VEC = 8  # elements per thread and copy: 16 bytes of fp16/bf16
+TC_KNOBS = ("block_m", "block_n", "warps_m", "warps_n", "kstep", "depth", "pad")
+
+
+def tc_shared_bytes(block: tuple[int, int], kstep: int, depth: int, pad: int, itemsize: int = 2) -> int:
+    """Shared memory of the A and B tiles: ``max(depth, 1)`` slots of ``block_m x (kstep +
+    pad)`` and ``kstep x (block_n + pad)`` elements (what codegen declares, rows padded)."""
+    bm, bn = block
+    return max(depth, 1) * (bm * (kstep + pad) + kstep * (bn + pad)) * itemsize
+
+
+def tc_config_problems(m: int, n: int, k: int, block: tuple[int, int], warps: tuple[int, int],
+                       kstep: int, depth: int, pad: int, smem_limit: int = 48 * 1024) -> list[str]:
+    """Why this configuration does not fit a ``m x n x k`` GEMM (empty: it does): the tiles
+    divide the problem exactly (no tails: tensorized tiles cannot be guarded), each warp's
+    tile is whole 16x16 fragments, every thread copies whole 16-byte vectors of each shared
+    tile, and the ring fits the static shared memory."""
+    bm, bn = block
+    wy, wz = warps
+    out = []
+    if m % bm or n % bn or k % kstep:
+        out.append(f"tiles {bm}x{bn}x{kstep} do not divide {m}x{n}x{k}")
+    if bm % (16 * wy) or bn % (16 * wz) or kstep % 16:
+        out.append(f"warp tiles {bm}/{wy} x {bn}/{wz} (k {kstep}) are not multiples of 16")
+    threads = 32 * wy * wz
+    for rows, cols in ((bm, kstep), (kstep, bn)):
+        if (rows * cols) % (TC_VEC * threads) or cols % TC_VEC:
+            out.append(f"a {rows}x{cols} shared tile is not whole 16-byte copies for {threads} threads")
+    if depth not in TC_DEPTHS or pad not in TC_PADS:
+        out.append(f"depth {depth} / pad {pad} not in {TC_DEPTHS} / {TC_PADS}")
+    smem = tc_shared_bytes(block, kstep, depth, pad)
+    if smem > smem_limit:
+        out.append(f"{smem} bytes of shared memory exceed the {smem_limit} bytes a block may declare")
+    return out
+
+
+def schedule_tensor_core_gemm(s: Any, C: Any, block: tuple[int, int] = (128, 128),
+                              warps: tuple[int, int] = (2, 2), kstep: int = 32, depth: int = 1,
+                              pad: int = 0) -> None:
+    """Schedule ``C[i, j] = sum_k float32(A[i, k]) * float32(B[k, j])`` (A, B float16 or
+    bfloat16 placeholders) in ``s`` on tensor cores (mma.sync.m16n8k16 + ldmatrix, sm_80+).
+
+    A ``block`` tile of C per thread block, ``warps`` warps (threadIdx.y, threadIdx.z) each
+    owning a ``block / warps`` tile held in accumulator fragments; per ``kstep`` slice of k,
+    the block's tiles of A and B are staged in shared memory by all threads (16 bytes per
+    thread and copy), then each warp loads its A (ldmatrix.x4) and B (ldmatrix.x4.trans)
+    fragments 16 deep and issues one mma.m16n8k16 per 16x8 tile of its C tile; the fragments
+    are stored to C directly. threadIdx.x is the lane (32), as the intrinsics require.
+
+    ``depth`` 2-4 software-pipelines the shared tiles (``pipeline(depth)``: a ring of
+    ``depth`` slots filled by 16-byte ``cp.async.cg``, ``depth - 1`` tiles in flight while the
+    warps compute; 1 loads synchronously). ``pad`` (0 or a multiple of 8) pads every shared
+    row by that many elements (``storage_align``): ldmatrix's 8 row addresses then fall in
+    different banks (rows of 64 or 256 bytes would put 2-8 of them in the same bank)."""
+    from tecomp import te
+    from tecomp.te import intrin_cuda as tci
+
+    A, B = C.op.input_tensors
+    dtype = A.dtype
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.cache_read(B, "shared", [C])
+    AF = s.cache_read(AS, tci.MATRIX_A, [C])
+    BF = s.cache_read(BS, tci.MATRIX_B, [C])
+    CF = s.cache_write(C, tci.ACCUMULATOR)
+    bm, bn = block
+    wy, wz = warps
+    wm, wn = bm // wy, bn // wz
+    # the output stage: blocks, warps, then 16x8 tiles stored from the fragments
+    i, j = s[C].op.axis
+    bi, i = s[C].split(i, factor=bm)
+    bj, j = s[C].split(j, factor=bn)
+    wi, i = s[C].split(i, factor=wm)
+    wj, j = s[C].split(j, factor=wn)
+    mi, i16 = s[C].split(i, factor=16)
+    nj, j8 = s[C].split(j, factor=8)
+    s[C].reorder(bi, bj, wi, wj, mi, nj, i16, j8)
+    s[C].bind(bi, te.thread_axis("blockIdx.y"))
+    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    s[C].bind(wi, te.thread_axis("threadIdx.y"))
+    s[C].bind(wj, te.thread_axis("threadIdx.z"))
+    s[C].unroll(mi)
+    s[C].unroll(nj)
+    s[C].tensorize(i16, tci.store_c())
+    # the warp's accumulators
+    s[CF].compute_at(s[C], wj)
+    ci, cj = s[CF].op.axis
+    (ck,) = s[CF].op.reduce_axis
+    ko, ck = s[CF].split(ck, factor=kstep)
+    ki, k16 = s[CF].split(ck, factor=16)
+    cmi, ci16 = s[CF].split(ci, factor=16)
+    cnj, cj8 = s[CF].split(cj, factor=8)
+    s[CF].reorder(ko, ki, cmi, cnj, ci16, cj8, k16)
+    s[CF].unroll(ki)
+    s[CF].unroll(cmi)
+    s[CF].unroll(cnj)
+    s[CF].tensorize(ci16, tci.mma_sync(dtype))
+    # fragments, 16 deep in k
+    s[AF].compute_at(s[CF], ki)
+    s[BF].compute_at(s[CF], ki)
+    ai, ak = s[AF].op.axis
+    ami, ai16 = s[AF].split(ai, factor=16)
+    s[AF].reorder(ami, ai16, ak)
+    s[AF].unroll(ami)
+    s[AF].tensorize(ai16, tci.ldmatrix_a(dtype))
+    bk, bjj = s[BF].op.axis
+    bnj, bj16 = s[BF].split(bjj, factor=16)
+    s[BF].reorder(bnj, bk, bj16)
+    s[BF].unroll(bnj)
+    s[BF].tensorize(bk, tci.ldmatrix_b(dtype, n=16))
+    # shared tiles: 8 elements (16 bytes) per thread and copy
+    for X, row_len in ((AS, kstep), (BS, bn)):
+        s[X].compute_at(s[CF], ko)
+        row, col = s[X].op.axis
+        if pad:  # rows of row_len + pad elements (row_len is the tile's, not the tensor's)
+            s[X].storage_align(row, row_len, pad)
+        col, vec = s[X].split(col, factor=TC_VEC)  # split before fusing: the 8 stay contiguous
+        fo = s[X].fuse(row, col)
+        fo, tx = s[X].split(fo, factor=32)
+        fo, ty = s[X].split(fo, factor=wy)
+        fo, tz = s[X].split(fo, factor=wz)
+        s[X].reorder(fo, tz, ty, tx, vec)
+        s[X].bind(tx, te.thread_axis("threadIdx.x"))
+        s[X].bind(ty, te.thread_axis("threadIdx.y"))
+        s[X].bind(tz, te.thread_axis("threadIdx.z"))
+        s[X].vectorize(vec)
+        if depth > 1:
+            s[X].pipeline(depth)
+
+
+def tensor_core_gemm_schedule(m: int, n: int, k: int, dtype: str = "float16",
+                              block: tuple[int, int] = (128, 128), warps: tuple[int, int] = (2, 2),
+                              kstep: int = 32, depth: int = 1, pad: int = 0) -> tuple[Any, list]:
+    """``C[m, n] = sum_k float32(A[m, k]) * float32(B[k, n])`` scheduled by
+    `schedule_tensor_core_gemm` (its knobs); returns ``(schedule, [A, B, C])``."""
+    from tecomp import te
+
+    A = te.placeholder((m, k), dtype, name="A")
+    B = te.placeholder((k, n), dtype, name="B")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r].astype("float32") * B[r, j].astype("float32"),
+                                               axis=r), name="C")
+    s = te.create_schedule(C.op)
+    schedule_tensor_core_gemm(s, C, block, warps, kstep, depth, pad)
+    return s, [A, B, C]
+
+
+def tc_gemm_operands(op: Any) -> tuple[Any, Any, int, int, int] | None:
+    """``(A, B, m, n, k)`` when ``op`` is ``C[i, j] = sum_k float32(A[i, k]) * float32(B[k, j])``
+    with A and B float16 or bfloat16 placeholders of one dtype and m, n, k multiples of 16
+    (exactly: the tensor-core sketch does not pad); else None."""
+    from tecomp.ir.expr import Cast, Mul, ProducerLoad, Reduce, Var
+    from tecomp.te.tensor import PlaceholderOp
+
+    if not isinstance(op, ComputeOp) or len(op.axis) != 2 or len(op.reduce_axis) != 1:
+        return None
+    if op.num_outputs != 1 or op.output(0).dtype != "float32" or len(op.body) != 1:
+        return None
+    red = op.body[0]
+    if not (isinstance(red, Reduce) and getattr(red.combiner, "name", "") == "sum" and len(red.source) == 1):
+        return None
+    mul = red.source[0]
+    if not isinstance(mul, Mul):
+        return None
+    loads = []
+    for e in (mul.a, mul.b):
+        if not (isinstance(e, Cast) and e.dtype == "float32" and isinstance(e.value, ProducerLoad)):
+            return None
+        loads.append(e.value)
+    la, lb = loads
+    i, j = (a.var for a in op.axis)
+    r = op.reduce_axis[0].var
+
+    def is_var(e: Any, v: Any) -> bool:
+        return isinstance(e, Var) and e is v
+
+    A, B = la.producer, lb.producer
+    if not (len(la.indices) == 2 and is_var(la.indices[0], i) and is_var(la.indices[1], r)
+            and len(lb.indices) == 2 and is_var(lb.indices[0], r) and is_var(lb.indices[1], j)):
+        return None
+    if not (isinstance(A.op, PlaceholderOp) and isinstance(B.op, PlaceholderOp)):
+        return None
+    if A.dtype != B.dtype or A.dtype not in TC_DTYPES or list(op.input_tensors) != [A, B]:
+        return None
+    m, n, k = _extent(op.axis[0]), _extent(op.axis[1]), _extent(op.reduce_axis[0])
+    if m % 16 or n % 16 or k % 16:
+        return None
+    return A, B, m, n, k
+
+
+@dataclass(frozen=True)
+class TensorCoreStep(Step):
+    """Schedule stage ``stage`` (a GEMM `tc_gemm_operands` accepts) on tensor cores with
+    `schedule_tensor_core_gemm`: one step, since the schedule's tensorize, storage_align and
+    pipeline have no step of their own; its fields are the knobs."""
+
+    KIND: ClassVar[str] = "tensor_core"
+    block_m: int
+    block_n: int
+    warps_m: int
+    warps_n: int
+    kstep: int
+    depth: int
+    pad: int
+
+    def apply(self, state: State) -> None:
+        C = state.stage(self.stage).op.output(0)
+        schedule_tensor_core_gemm(state.sch, C, (self.block_m, self.block_n), (self.warps_m, self.warps_n),
+                                  self.kstep, self.depth, self.pad)
+
+
+def _tc_threads_fit(bm: int, bn: int, wy: int, wz: int, kstep: int) -> bool:
+    threads = 32 * wy * wz
+    return (bm * kstep) % (TC_VEC * threads) == 0 and (kstep * bn) % (TC_VEC * threads) == 0
+
+
+def _tc_build(b: _GpuBuilder, name: str) -> None:
+    """The knobs of a tensor-core sketch, each drawn from the values that fit the ones drawn
+    before it (a mutated or given value that no longer fits is redrawn), then the step."""
+    ops = tc_gemm_operands(b._op(name))
+    assert ops is not None
+    _, _, m, n, k = ops
+    limit = b.limits.static_smem
+    bm = b.choice(f"{name}/tc_block_m", tuple(x for x in TC_BLOCKS if m % x == 0))
+    bn = b.choice(f"{name}/tc_block_n", tuple(x for x in TC_BLOCKS if n % x == 0))
+    wy = b.choice(f"{name}/tc_warps_m", tuple(w for w in TC_WARPS if bm % (16 * w) == 0))
+
+    def ksteps(wz: int) -> tuple[int, ...]:
+        return tuple(x for x in TC_KSTEPS if k % x == 0 and _tc_threads_fit(bm, bn, wy, wz, x)
+                     and tc_shared_bytes((bm, bn), x, 1, 0) <= limit)
+
+    wz = b.choice(f"{name}/tc_warps_n", tuple(w for w in TC_WARPS if bn % (16 * w) == 0 and ksteps(w)) or (1,))
+    kstep = b.choice(f"{name}/tc_kstep", ksteps(wz) or (16,))
+    depth = b.choice(f"{name}/tc_depth", tuple(d for d in TC_DEPTHS
+                                               if tc_shared_bytes((bm, bn), kstep, d, 0) <= limit) or (1,))
+    pad = b.choice(f"{name}/tc_pad", tuple(p for p in TC_PADS
+                                           if tc_shared_bytes((bm, bn), kstep, depth, p) <= limit) or (0,))
+    b.apply(TensorCoreStep(name, bm, bn, wy, wz, kstep, depth, pad))

@@ -39,7 +39,7 @@ import dataclasses
 
 from ..arith.simplify import simplify
 from ..ir.buffer import Buffer
-from ..ir.expr import BufferLoad, Call, Expr, IntImm, Var, const
+from ..ir.expr import BufferLoad, Call, Expr, IntImm, Ramp, Var, const
 from ..ir.functor import StmtMutator, StmtVisitor, substitute
 from ..ir.stmt import (
     ASYNC_COPY_SCOPE,
@@ -58,6 +58,7 @@ from ..ir.stmt import (
     barrier,
     seq,
 )
+from .flatten import flat_size
 
 
 def commit_group() -> Evaluate:
@@ -80,13 +81,27 @@ class _Strip(StmtMutator):
 
 
 class _Slot(StmtMutator):
-    """Accesses of the pipelined buffers -> the given slot of the ring buffer."""
+    """Accesses of the pipelined buffers -> the given slot of the ring buffer.
+
+    A multi-dimensional access gets the slot as a new leading index. A single index into a
+    buffer of two or more dimensions is already a flat element offset (flatten's convention;
+    tensorized intrinsics address their operands so, e.g. ldmatrix's ``address_of(AS[off])``):
+    it gets the slot's flat offset added instead."""
 
     def __init__(self, ring: dict[Var, Buffer], slot: int) -> None:
         self.ring, self.slot = ring, slot
 
-    def _slot(self, indices: tuple[Expr, ...]) -> Expr:
-        return const(self.slot, indices[0].dtype if indices else "int32")
+    def _indices(self, nb: Buffer, indices: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        dtype = indices[0].dtype if indices else "int32"
+        if len(indices) == 1 and nb.ndim > 2:  # a flat offset into the (>= 2-D) tile
+            step = nb.strides[0] if nb.strides else flat_size(dataclasses.replace(
+                nb, shape=nb.shape[1:], strides=()))
+            off = simplify(const(self.slot, "int32") * step)
+            (idx,) = indices
+            if isinstance(idx, Ramp):
+                return (Ramp(simplify(idx.base + off), idx.stride, idx.lanes),)
+            return (simplify(idx + off),)
+        return (const(self.slot, dtype), *indices)
 
     def visit_BufferLoad(self, e: BufferLoad) -> Expr:
         e2 = super().visit_BufferLoad(e)
@@ -94,7 +109,7 @@ class _Slot(StmtMutator):
         nb = self.ring.get(e2.buffer.data)
         if nb is None:
             return e2
-        return BufferLoad(nb, (self._slot(e2.indices), *e2.indices), predicate=e2.predicate)
+        return BufferLoad(nb, self._indices(nb, e2.indices), predicate=e2.predicate)
 
     def visit_BufferStore(self, s: BufferStore) -> Stmt:
         s2 = super().visit_BufferStore(s)
@@ -102,7 +117,7 @@ class _Slot(StmtMutator):
         nb = self.ring.get(s2.buffer.data)
         if nb is None:
             return s2
-        return BufferStore(nb, s2.value, (self._slot(s2.indices), *s2.indices), s2.predicate)
+        return BufferStore(nb, s2.value, self._indices(nb, s2.indices), s2.predicate)
 
 
 def _ring(buf: Buffer, depth: int) -> Buffer:

@@ -41,7 +41,8 @@ def _bench() -> Any:
     return mod
 
 
-tc_gemm = _bench().tensor_core_gemm_schedule
+bench = _bench()
+tc_gemm = bench.tensor_core_gemm_schedule
 
 
 # ---- an independent derivation of the fragment layouts -----------------------------------
@@ -263,6 +264,80 @@ def test_mma_needs_fragments() -> None:
     s[C].tensorize(C.op.axis[0], tci.mma_sync())
     with pytest.raises(TecompError, match="tensor-core fragment"):
         tc.lower(s, [A, B, C], target="cuda -arch=sm_80")
+
+
+# ---- software-pipelined (cp.async ring buffers read by ldmatrix) -----------------------------
+@pytest.mark.parametrize("depth", [2, 3, 4])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_pipelined_tensor_core_gemm_256_emulated(depth: int, dtype: str) -> None:
+    """The benchmark's knobs per depth (128x128 blocks, 2x2 warps; k-step 32, or 16 at depth
+    4; padded rows where they fit 48 KB): ldmatrix reads the slot of the ring the wait has
+    retired (the emulator would raise on a read of a copy in flight)."""
+    n = 256
+    knobs = bench.tc_knobs(depth)
+    s, args = tc_gemm(n, n, n, dtype, **knobs)
+    f = tc.build(s, args, target="cuda -arch=sm_80")
+    tir = f.get_source("tir")
+    assert "cp_async_commit_group()" in tir and f"cp_async_wait_group({depth - 2})" in tir
+    a, b, ref = _inputs(n, n, n, dtype, seed=depth)
+    c = np.full((n, n), np.nan, np.float32)
+    f.emulate(a, b, c)
+    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-3)
+
+
+def test_pipelined_ldmatrix_addresses_the_ring_slot() -> None:
+    """Tensorized ldmatrix addresses its tile with one flat offset (address_of(AS[off])): the
+    pipeline pass adds the slot's offset (a padded slot: rows x padded row length) instead of
+    taking the offset for a row index of the ring buffer."""
+    s, args = tc_gemm(32, 32, 64, block=(32, 32), warps=(1, 1), kstep=16, depth=2, pad=8)
+    text = str(tc.lower(s, args, target="cuda -arch=sm_80"))
+    # A's slot: 32 rows of 16 + 8; B's slot: 16 rows of 32 + 8
+    assert re.search(r"address_of\(A_shared\[lane % 16 \* 24 \+ lane // 16 \* 8 \+ 768\]\)", text), text
+    assert re.search(r"address_of\(B_shared\[lane % 16 \* 40 \+ lane // 16 \* 8 \+ 640\]\)", text), text
+    a, b, ref = _inputs(32, 32, 64, "float16")
+    c = np.zeros((32, 32), np.float32)
+    tc.build(s, args, target="cuda -arch=sm_80").emulate(a, b, c)
+    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-3)
+
+
+def test_a_misplaced_wait_before_ldmatrix_is_caught(monkeypatch: Any) -> None:
+    """Waiting for one group too few leaves tile k in flight when ldmatrix reads it."""
+    from tecomp.passes import inject_software_pipeline as isp
+    from tecomp.runtime.gpu_async import AsyncCopyError
+
+    real = isp.wait_group
+    monkeypatch.setattr(isp, "wait_group", lambda n: real(n + 1))
+    s, args = tc_gemm(64, 64, 128, block=(64, 64), warps=(2, 2), kstep=32, depth=3)
+    f = tc.build(s, args, target="cuda -arch=sm_80")
+    a, b, _ = _inputs(64, 64, 128, "float16")
+    with pytest.raises(AsyncCopyError, match="A_shared|B_shared"):
+        f.emulate(a, b, np.zeros((64, 64), np.float32))
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ARCHS)
+def test_pipelined_tensor_core_gemm_4096_depth3_resources(arch: str) -> None:
+    knobs = bench.tc_knobs(3)
+    s, args = tc_gemm(4096, 4096, 4096, **knobs)
+    f = tc.build(s, args, target=f"cuda -arch={arch}")
+    ptx = f.get_source("ptx")
+    assert "cp.async.cg.shared.global" in ptx and ", 16;" in ptx
+    assert re.search(r"cp\.async\.wait_group\s+1;", ptx) and "cp.async.commit_group;" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+    r = f.resources
+    assert r is not None and r.spill_stores == 0 and r.spill_loads == 0 and r.local_bytes == 0
+    assert r.shared_bytes == bench.tc_shared_bytes(knobs["block"], knobs["kstep"], 3, knobs["pad"])
+    assert r.shared_bytes <= f.target.gpu.static_smem
+    assert r.registers * 128 <= f.target.gpu.registers_per_sm
+
+
+@needs_ptxas
+def test_padded_ring_passes_ptxas() -> None:
+    s, args = tc_gemm(256, 256, 256, "bfloat16", depth=2, pad=8)
+    f = tc.build(s, args, target="cuda -arch=sm_90")
+    r = f.resources
+    assert r is not None and r.spill_stores == 0
+    assert r.shared_bytes == 2 * (128 * 40 + 32 * 136) * 2
 
 
 # ---- ptxas ----------------------------------------------------------------------------------

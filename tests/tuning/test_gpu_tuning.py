@@ -16,6 +16,7 @@ import tuning_workloads as wl
 import tecomp as tc
 import tuning
 from tecomp.codegen.target import Target
+from tuning import gpu_space
 from tuning.cli import main
 from tuning.gpu_measure import (
     STANDIN_ENV,
@@ -25,7 +26,7 @@ from tuning.gpu_measure import (
     ptxas_problems,
     standin_cost,
 )
-from tuning.gpu_space import GpuSearchSpace
+from tuning.gpu_space import GpuSearchSpace, TensorCoreStep
 from tuning.measure import MeasureErrorNo, MeasureInput, MeasureResult
 from tuning.records import RecordWriter, load_records
 from tuning.steps import BindStep, StorePredicateStep, steps_from_json, steps_to_json
@@ -245,3 +246,101 @@ def test_cuda_tasks_refuse_cpu_measurers() -> None:
     cpu = SearchTask(wl.matmul, (16, 16, 16))
     with pytest.raises(TuningError, match="mix target kinds"):
         tuning.tune([task, cpu], trials=1, progress=False)
+
+
+# the tensor-core sketch -----------------------------------------------------------------------
+
+
+def _tc_steps(c: Any) -> list[Any]:
+    return [s for s in c.steps if isinstance(s, TensorCoreStep)]
+
+
+def test_tensor_core_sketch_is_chosen_only_where_it_fits() -> None:
+    for args, target, want in (((64, 64, 128), CUDA, True), ((64, 64, 128, "bfloat16"), "cuda -arch=sm_90", True),
+                               ((64, 64, 128), "cuda -arch=sm_75", False), ((64, 48, 40), CUDA, False)):
+        described = [s.describe() for s in SearchTask(wl.matmul_tc, args, target=target)
+                     .make_space().sketches]
+        assert ("C:tensor_core" in described) is want, (args, target, described)
+        if want:
+            assert described[0] == "C:tensor_core"
+    # fp32 inputs: the SIMT sketches only
+    assert all("tensor_core" not in s.describe()
+               for s in SearchTask(wl.matmul, (64, 64, 64), target=CUDA).make_space().sketches)
+
+
+def test_tensor_core_sketch_samples_match_numpy() -> None:
+    """Seeded samples of the sketch (block and warp tiles, k-step, pipeline depth 1-4, row
+    padding) build within the target's limits and, emulated, agree with numpy."""
+    m, n, k = 64, 64, 128
+    task = SearchTask(wl.matmul_tc, (m, n, k), target=CUDA)
+    space = task.make_space()
+    assert space.sketches[0].describe() == "C:tensor_core"
+    rng = np.random.default_rng(11)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    depths = set()
+    for _ in range(6):
+        c = space.instantiate(0, {}, rng)
+        assert c is not None
+        (step,) = _tc_steps(c)
+        depths.add(step.depth)
+        assert gpu_space.tc_shared_bytes((step.block_m, step.block_n), step.kstep, step.depth, step.pad) <= 48 * 1024
+        assert space.instantiate(0, c.param_dict).key == c.key  # type: ignore[union-attr]
+        assert steps_from_json(steps_to_json(c.steps)) == c.steps
+        sch, args = task.apply_steps(c.steps)
+        f = tc.build(sch, args, target=CUDA)
+        assert "ptx_mma" in f.get_source("tir")
+        out = np.full((m, n), np.nan, np.float32)
+        f.emulate(a, b, out)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-3)
+    assert len(depths) > 1
+    # mutation keeps every knob within what fits (a redrawn value where the old one no longer does)
+    x = space.instantiate(0, {"C/tc_block_m": 64, "C/tc_warps_m": 4, "C/tc_depth": 4, "C/tc_kstep": 64}, rng)
+    assert x is not None
+    for _ in range(4):
+        y = space.mutate(x, rng)
+        if y is not None and _tc_steps(y):
+            (st,) = _tc_steps(y)
+            assert not gpu_space.tc_config_problems(m, n, k, (st.block_m, st.block_n), (st.warps_m, st.warps_n),
+                                                    st.kstep, st.depth, st.pad)
+
+
+def test_tensor_core_sketch_bfloat16_sample_matches_numpy() -> None:
+    from tecomp.ir import dtype as dt
+
+    m, n, k = 32, 32, 64
+    task = SearchTask(wl.matmul_tc, (m, n, k, "bfloat16"), target=CUDA)
+    space = task.make_space()
+    c = space.instantiate(0, {"C/tc_depth": 3, "C/tc_pad": 8}, np.random.default_rng(2))
+    assert c is not None and _tc_steps(c)[0].depth == 3
+    rng = np.random.default_rng(3)
+    a = dt.f32_to_bf16_bits(rng.standard_normal((m, k)).astype(np.float32))
+    b = dt.f32_to_bf16_bits(rng.standard_normal((k, n)).astype(np.float32))
+    ref = dt.bf16_bits_to_f32(a).astype(np.float64) @ dt.bf16_bits_to_f32(b).astype(np.float64)
+    sch, args = task.apply_steps(c.steps)
+    out = np.full((m, n), np.nan, np.float32)
+    tc.build(sch, args, target=CUDA).emulate(a, b, out)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-3)
+
+
+def test_tune_tensor_core_gemm_end_to_end_with_the_emulating_stand_in(tmp_path: Path, standin: None) -> None:
+    task = SearchTask(wl.matmul_tc, (32, 32, 64), target=CUDA)
+    log = tmp_path / "tc.jsonl"
+    builder, runner = GpuBuilder(n_workers=2), EmulatingRunner(timeout=60)
+    try:
+        (res,) = tuning.tune([task], trials=6, batch_size=3, log=str(log), seed=0, builder=builder,
+                             runner=runner, progress=False, remeasure=0,
+                             search=tuning.SearchOptions(population=8, generations=1, fresh_pool=8))
+    finally:
+        builder.close()
+        runner.close()
+    assert res.trials == 6 and math.isfinite(res.best_cost)
+    recs = load_records(str(log))
+    assert len(recs) == 6 and all(r.error == MeasureErrorNo.NO_ERROR for r in recs), [r.error_msg for r in recs]
+    tc_recs = [r for r in recs if any(isinstance(s, TensorCoreStep) for s in r.steps)]
+    assert tc_recs and all(r.timing == STANDIN_TIMING for r in tc_recs)
+    # a tensor-core record replays from its knobs
+    rec = tc_recs[0]
+    c = task.make_space().instantiate(rec.sketch, dict(rec.params))  # type: ignore[arg-type]
+    assert c is not None and c.key == rec.key

@@ -70,3 +70,14 @@ def symbolic() -> list[te.Tensor]:
     n = te.var("n")
     A = te.placeholder((n,), "float32", name="A")
     return [A, te.compute((n,), lambda i: A[i] + 1.0, name="B")]
+
+
+@tuning.register_workload
+def matmul_tc(m: int, n: int, k: int, dtype: str = "float16") -> list[te.Tensor]:
+    """fp16/bf16 inputs, fp32 accumulation: the shape the tensor-core sketch takes."""
+    A = te.placeholder((m, k), dtype, name="A")
+    B = te.placeholder((k, n), dtype, name="B")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r].astype("float32") * B[r, j].astype("float32"),
+                                               axis=r), name="C")
+    return [A, B, C]
