@@ -13,12 +13,17 @@ this module adds what is CPU-specific: the C-ABI frame, stack/heap allocations, 
 
 from __future__ import annotations
 
+import functools
+import json
+import subprocess
+import sys
 from typing import ClassVar
 
 from llvmlite import ir
 
 from ..errors import CodegenError
 from ..ir import dtype as dt
+from ..ir import expr as E  # noqa: N812
 from ..ir import stmt as S  # noqa: N812
 from . import vecmath
 from .llvm_base import CodegenLLVM, ErrorCode, FnState, c_scalar_params, const_elements
@@ -137,6 +142,21 @@ class CodegenCPU(CodegenLLVM):
                 self.b.call(free, [p])
 
     # expressions ----------------------------------------------------------------------------
+    def extern_call(self, e: E.Call) -> ir.Value:
+        if not e.name.startswith("llvm."):
+            return super().extern_call(e)
+        # an LLVM intrinsic (te.call_llvm_intrin, the x86 tensor intrinsics): checked in a
+        # child process first, as LLVM aborts the process on some bad ones (`probe_intrinsic`)
+        args = [self.expr(a) for a in e.args]
+        void = e.dtype in ("void", "")
+        ret = VOID if void else llvm_type(e.dtype)
+        fnty = ir.FunctionType(ret, [a.type for a in args])
+        consts = tuple(str(a) if isinstance(a, ir.Constant) else None for a in args)
+        name = probe_intrinsic(e.name, str(fnty), consts, self.target.triple, self.target.cpu,
+                               self.target.features)
+        r = self.b.call(declare(self.module, name, fnty), args)
+        return ir.Constant(I32, 0) if void else r
+
     def math_call(self, name: str, args: list[ir.Value], dtypes: list[str],
                   ret_dtype: str) -> ir.Value:
         el = dt.element(dtypes[0]) if dtypes else ""
@@ -162,6 +182,71 @@ def _ldexp_per_lane(b: ir.IRBuilder, x: ir.Value, n: ir.Value) -> ir.Value:
         r = b.call(fn, [b.extract_element(x, lane), b.extract_element(n, lane)])
         out = b.insert_element(out, r, lane)
     return out
+
+
+_PROBE = r"""
+import json, re, sys
+import llvmlite.binding as llvm
+req = json.loads(sys.stdin.read())
+try:
+    llvm.initialize_all_targets(); llvm.initialize_all_asmprinters()
+except Exception:
+    llvm.initialize_native_target(); llvm.initialize_native_asmprinter()
+try:
+    m = llvm.parse_assembly(req["ir"])
+    m.verify()
+    name = [f.name for f in m.functions if f.is_declaration][0]
+    triple = req["triple"] or llvm.get_default_triple()
+    tm = llvm.Target.from_triple(triple).create_target_machine(
+        cpu=req["cpu"], features=req["features"], opt=0)
+    asm = tm.emit_assembly(m)
+    unknown = re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w.])", asm) is not None
+    print(json.dumps({"name": name, "unknown": unknown}))
+except Exception as exc:
+    print(json.dumps({"error": str(exc).strip()}))
+"""
+
+
+@functools.lru_cache(maxsize=512)
+def probe_intrinsic(name: str, fnty: str, consts: tuple[str | None, ...], triple: str,
+                    cpu: str, features: str) -> str:
+    """The name to declare for the LLVM intrinsic ``name`` called as ``fnty`` (LLVM's
+    mangled name: "llvm.ctpop" of i32 is "llvm.ctpop.i32"), after compiling one call of it,
+    with the constant operands ``consts`` (None: a variable), for the target in a child
+    process: LLVM aborts the whole process on some bad intrinsics (a wrong operand count, an
+    instruction the CPU lacks: "Cannot select"), so the user's process never sees one. A
+    CodegenError says what LLVM rejected: an unknown name (LLVM would compile a call to a
+    symbol of that name), a wrong signature, or an abort. Cached per process."""
+    ret_text, _, params = fnty.partition(" (")
+    ptypes = [p.strip() for p in params.rstrip(")").split(",") if p.strip()]
+    formals = [f"{t} %a{i}" for i, (t, c) in enumerate(zip(ptypes, consts)) if c is None]
+    actuals = [c if c is not None else f"{t} %a{i}" for i, (t, c) in enumerate(zip(ptypes, consts))]
+    call = f'call {ret_text} @"{name}"({", ".join(actuals)})'
+    body = (f"  {call}\n  ret void" if ret_text == "void"
+            else f"  %r = {call}\n  ret {ret_text} %r")
+    text = (f'declare {ret_text} @"{name}"({", ".join(ptypes)})\n'
+            f'define {ret_text} @__tecomp_probe({", ".join(formals)}) {{\n{body}\n}}\n')
+    what = f"LLVM intrinsic {name!r} called as {fnty}"
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
+                              input=json.dumps({"ir": text, "triple": triple, "cpu": cpu,
+                                                "features": features}), timeout=120)
+    except subprocess.TimeoutExpired as exc:
+        raise CodegenError(f"{what}: LLVM did not compile it in 120 s") from exc
+    try:
+        out = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (ValueError, IndexError):
+        out = None
+    if out is None:
+        tail = " ".join((proc.stderr or proc.stdout).strip().splitlines()[-2:])[-400:]
+        raise CodegenError(f"{what}: LLVM aborted compiling it (exit status {proc.returncode}) "
+                           f"for target {triple or 'host'} {cpu}: {tail}")
+    if "error" in out:
+        raise CodegenError(f"{what}: LLVM rejected it: {' '.join(str(out['error']).split())}")
+    if out["unknown"]:
+        raise CodegenError(f"{what}: LLVM does not know an intrinsic of this name (check the "
+                           "spelling and the operand types)")
+    return str(out["name"])
 
 
 def codegen_cpu(funcs: list[S.PrimFunc], target: Target, debug: bool = False,

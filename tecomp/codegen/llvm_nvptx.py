@@ -769,7 +769,8 @@ class CodegenNVPTX(CodegenLLVM):
             b.store(b.extract_value(d, j), b.gep(pc, [ir.Constant(I32, j)], source_etype=f32), align=4)
 
     def extern_call(self, e: E.Call) -> ir.Value:
-        if not e.name.startswith("__nv_"):
+        # llvm.* (te.call_llvm_intrin): declared as named; emit_ptx's check_intrinsics vets it
+        if not e.name.startswith(("__nv_", "llvm.")):
             raise CodegenError(f"extern function {e.name!r} cannot be called from a GPU kernel "
                                "(only libdevice's __nv_* functions are linked)")
         return super().extern_call(e)

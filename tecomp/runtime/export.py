@@ -50,7 +50,7 @@ from ..errors import TecompError
 from ..ir import dtype as dt
 from ..ir import stmt as S  # noqa: N812
 from ..ir.stmt import PrimFunc
-from .args import KernelSpec
+from .args import KernelSpec, ParamSpec
 from .loader import (
     CPU_FLAGS,
     CPU_SCHEMA_VERSION,
@@ -593,11 +593,20 @@ def _check_kernel_names(names: Sequence[str]) -> None:
         raise TecompError(f"kernel names must be unique, repeated: {sorted(dup)}")
 
 
+def _c_params(k: KernelSpec) -> tuple[list[ParamSpec], list[ParamSpec]]:
+    """The buffer parameters and the by-value scalar ones of ``k``'s C function (a scalar
+    argument named like a dim is that int64 dim argument: not a C parameter of its own)."""
+    return ([p for p in k.params if not p.scalar],
+            [p for p in k.params if p.scalar and p.name not in k.dims])
+
+
 def _c_names(k: KernelSpec) -> list[str]:
-    """C parameter names: tensor names made identifiers, unique, then the dim names."""
+    """C parameter names in C order: buffers (tensor names made identifiers, unique), the
+    dims, then the scalar parameters."""
+    bufs, scalars = _c_params(k)
     used: set[str] = set(k.dims)
     out = []
-    for p in k.params:
+    for p in [*bufs, *scalars]:
         n = re.sub(r"\W", "_", p.name, flags=re.ASCII) or "arg"
         if n[0].isdigit() or n in _RESERVED:
             n = "_" + n if n[0].isdigit() else n + "_"
@@ -606,15 +615,19 @@ def _c_names(k: KernelSpec) -> list[str]:
             n, i = f"{base}_{i}", i + 1
         used.add(n)
         out.append(n)
-    return out + [d if d not in _RESERVED else d + "_" for d in k.dims]
+    dims = [d if d not in _RESERVED else d + "_" for d in k.dims]
+    return out[:len(bufs)] + dims + out[len(bufs):]
 
 
 def c_prototype(k: KernelSpec) -> str:
-    """``int32_t mm(const float* A, const float* B, float* C, int64_t n);``"""
+    """``int32_t mm(const float* A, const float* B, float* C, int64_t n, float alpha);``"""
+    bufs, scalars = _c_params(k)
     names = _c_names(k)
+    nb, nd = len(bufs), len(k.dims)
     parts = [f"{'' if p.output else 'const '}{_C_TYPES[p.dtype]}* {n}"
-             for p, n in zip(k.params, names, strict=False)]
-    parts += [f"int64_t {n}" for n in names[len(k.params):]]
+             for p, n in zip(bufs, names, strict=False)]
+    parts += [f"int64_t {n}" for n in names[nb:nb + nd]]
+    parts += [f"{_C_TYPES[p.dtype]} {n}" for p, n in zip(scalars, names[nb + nd:], strict=True)]
     return f"int32_t {k.name}({', '.join(parts) or 'void'});"
 
 
@@ -623,15 +636,22 @@ def _shape_text(shape: Sequence[int | str]) -> str:
 
 
 def _kernel_comment(k: KernelSpec) -> list[str]:
+    bufs, scalars = _c_params(k)
     names = _c_names(k)
+    nb, nd = len(bufs), len(k.dims)
     rows = []
-    for p, n in zip(k.params, names, strict=False):
+    for p, n in zip(bufs, names, strict=False):
         label = n if n == p.name else f"{n} ('{p.name}')"
         rows.append((label, f"{p.dtype}{_shape_text(p.shape)}", "output" if p.output else "input"))
-    for d, n in zip(k.dims, names[len(k.params):], strict=True):
-        src = next(((p, ax) for p in k.params for ax, s in enumerate(p.shape) if s == d), None)
+    for d, n in zip(k.dims, names[nb:nb + nd], strict=True):
+        src = next(((p, ax) for p in bufs for ax, s in enumerate(p.shape) if s == d), None)
         why = f"extent of {src[0].name} axis {src[1]}" if src else "symbolic dim"
+        if any(p.scalar and p.name == d for p in k.params):
+            why += " (also a scalar argument in Python)"
         rows.append((n, "int64", why))
+    for p, n in zip(scalars, names[nb + nd:], strict=True):
+        label = n if n == p.name else f"{n} ('{p.name}')"
+        rows.append((label, p.dtype, "scalar, by value"))
     w0 = max(len(r[0]) for r in rows) if rows else 0
     w1 = max(len(r[1]) for r in rows) if rows else 0
     lines = [f"/* {k.name}: returns TECOMP_OK (0) or a TECOMP_ERR_* code."]

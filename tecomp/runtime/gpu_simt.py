@@ -254,6 +254,14 @@ class SimtCompiler(I._Compiler):
             return self._let(e)
         if isinstance(e, E.Call) and e.name == S.BARRIER:
             raise TecompError(f"a barrier must be a statement of its own: {e}")
+        if isinstance(e, E.Call) and e.extern and e.name.startswith("llvm."):
+            from ..te.intrin import llvm_equivalent  # te.call_llvm_intrin: a few it knows
+
+            same = llvm_equivalent(e.name)
+            if same is None:
+                raise TecompError(f"the GPU emulator cannot run the LLVM intrinsic {e.name!r} "
+                                  f"in {e} (only those with a tecomp equivalent)")
+            e = E.Call(e.dtype, same, e.args)
         if isinstance(e, E.Call) and e.extern:
             raise TecompError(f"extern call {e.name!r} cannot run in a GPU kernel: {e}")
         if self.varies(e):

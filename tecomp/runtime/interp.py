@@ -800,6 +800,16 @@ class _Compiler:
                 from ..te.extern import PY_EXTERNS
 
                 fn = PY_EXTERNS.get(e.name)
+            if fn is None and e.name.startswith("llvm."):  # te.call_llvm_intrin
+                from ..te.intrin import LLVM_EQUIVALENTS, llvm_equivalent
+
+                same = llvm_equivalent(e.name)
+                if same is None:
+                    raise TecompError(
+                        f"the interpreter cannot run the LLVM intrinsic {e.name!r} in {e}: it "
+                        f"knows llvm.{{{', '.join(LLVM_EQUIVALENTS)}}} (give it a Python "
+                        "implementation with te.register_extern, or build for the CPU)")
+                return self._call(E.Call(e.dtype, same, e.args))
             if fn is None:
                 raise TecompError(f"extern symbol {e.name!r} is not provided (pass externs=... "
                                   "or register it with te.register_extern)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from ..ir.expr import (
     Not,
     Or,
     Select,
+    StringImm,
     as_bool,
     binop,
     bitwise,
@@ -459,3 +461,94 @@ def call_extern(dtype: str, name: str, *args: ExprLike) -> Expr:
     """Call the C function ``name`` (resolved when the kernel is JIT-compiled or linked)."""
     return Call(dt.canonical(dtype) if dtype != "void" else "int32", name,
                 tuple(to_expr(a) for a in args), extern=True)
+
+
+def call_pure_extern(dtype: str, name: str, *args: ExprLike) -> Expr:
+    """TVM's ``call_pure_extern``: `call_extern` of a C function without side effects
+    (tecomp never moves or merges extern calls, so the two are the same call)."""
+    return call_extern(dtype, name, *args)
+
+
+def _llvm_args(name: str, args: tuple[ExprLike, ...]) -> tuple[Expr, ...]:
+    if not isinstance(name, str) or not name.startswith("llvm.") or len(name) <= 5:
+        raise TecompError(f"call_llvm_intrin: {name!r} is not an LLVM intrinsic name (they "
+                          "start with 'llvm.', e.g. 'llvm.ctpop' or 'llvm.x86.sse42.crc32.32.32')")
+    # TVM before 0.9 took a num_signature operand first (tvm.tir.const(n, "uint32")): accept
+    # and drop it, as the overload types come from the operands here (as in TVM 0.9+)
+    if len(args) >= 2 and (type(args[0]) is int
+                           or (isinstance(args[0], IntImm) and args[0].dtype == "uint32")):
+        args = args[1:]
+    return tuple(to_expr(a) for a in args)
+
+
+def call_llvm_intrin(dtype: str, name: str, *args: ExprLike) -> Expr:
+    """Call the LLVM intrinsic ``name`` (``"llvm.ctpop"``, ``"llvm.fma"``, a target's
+    ``"llvm.x86.*"``/``"llvm.nvvm.*"``) returning ``dtype`` on ``args`` (TVM's signature; an
+    old-TVM ``num_signature`` first operand is accepted and ignored). Overloaded names may be
+    given without their type suffix: the operand and return types pick the overload. The CPU
+    codegen checks the call in a child process first (LLVM aborts the process on some bad
+    intrinsics), so a wrong name or signature is a CodegenError; the interpreter and GPU
+    emulator run only a handful (`LLVM_EQUIVALENTS`)."""
+    return Call("void" if dtype == "void" else dt.canonical(dtype), name,
+                _llvm_args(name, args), extern=True)
+
+
+def call_llvm_pure_intrin(dtype: str, name: str, *args: ExprLike) -> Expr:
+    """`call_llvm_intrin` of an intrinsic without side effects (the same call here)."""
+    return call_llvm_intrin(dtype, name, *args)
+
+
+# LLVM intrinsics the interpreter and the GPU emulator evaluate, as the tecomp intrinsic with
+# the same semantics (base name: the overload suffixes ".f32", ".v4i32"... removed)
+LLVM_EQUIVALENTS = {
+    "fabs": "fabs", "sqrt": "sqrt", "fma": "fma", "copysign": "copysign", "floor": "floor",
+    "ceil": "ceil", "trunc": "trunc", "rint": "rint", "nearbyint": "nearbyint", "exp": "exp",
+    "exp2": "exp2", "log": "log", "log2": "log2", "log10": "log10", "sin": "sin", "cos": "cos",
+    "pow": "pow", "minnum": "fmin", "maxnum": "fmax", "ctpop": "popcount",
+}
+_OVERLOAD = re.compile(r"(v\d+|nxv\d+)?(i\d+|f16|bf16|f32|f64|f80|f128|p\d+)")
+
+
+def llvm_equivalent(name: str) -> str | None:
+    """The tecomp intrinsic computing the LLVM intrinsic ``name``, or None."""
+    parts = name.split(".")[1:]
+    while len(parts) > 1 and _OVERLOAD.fullmatch(parts[-1]):
+        parts.pop()
+    return LLVM_EQUIVALENTS.get(".".join(parts))
+
+
+_TIR_NAMES = (*FLOAT_UNARY, *FLOAT_BINARY, "popcount", "clz", "isnan", "isinf", "isfinite",
+              "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
+              "shift_right", "fabs", "pow", "ldexp", "likely", "if_then_else", "fma")
+
+
+def call_intrin(dtype: str, name: str, *args: ExprLike) -> Expr:
+    """TVM's generic ``call_intrin(dtype, name, *args)``: ``"tir.exp"`` (or ``"exp"``) and
+    the other tecomp intrinsics, ``"llvm.*"`` (`call_llvm_intrin`), ``"tir.call_extern"``/
+    ``"tir.call_pure_extern"`` (a symbol name first). The result has ``dtype``."""
+    if not isinstance(name, str):
+        raise TecompError(f"call_intrin: the intrinsic name must be a string, got {name!r}")
+    if name.startswith("llvm."):
+        return call_llvm_intrin(dtype, name, *args)
+    short = name[4:] if name.startswith("tir.") else name
+    if short in ("call_extern", "call_pure_extern"):
+        sym = args[0].value if isinstance(args[0], StringImm) else args[0] if args else None
+        if not isinstance(sym, str):
+            raise TecompError(f"call_intrin({name!r}): the first operand must be the symbol name")
+        return call_extern(dtype, sym, *args[1:])
+    if short in ("call_llvm_intrin", "call_llvm_pure_intrin") and args and isinstance(args[0], str):
+        return call_llvm_intrin(dtype, args[0], *args[1:])
+    if short not in _TIR_NAMES:
+        raise TecompError(
+            f"call_intrin: unknown intrinsic {name!r}; known: 'llvm.*' (an LLVM intrinsic), "
+            f"'tir.call_extern', 'tir.call_pure_extern' and tir.{{{', '.join(sorted(set(_TIR_NAMES)))}}}")
+    d = dt.canonical(dtype)
+    ops = [to_expr(a) for a in args]
+    if short == "fma":
+        if len(ops) != 3:
+            raise TecompError(f"call_intrin('tir.fma') takes 3 operands, got {len(ops)}")
+        ops = [o if o.dtype == d else o.astype(d) for o in ops]
+        return Call(d, "fma", tuple(ops))
+    fn: Any = {"fabs": abs, "pow": power}.get(short) or globals()[short]
+    r: Expr = fn(*ops)
+    return r if r.dtype == d else r.astype(d)

@@ -475,3 +475,79 @@ def test_shape_with_min_max_is_checked_at_call_time():
     np.testing.assert_array_equal(b, a[:3] * 2)
     with pytest.raises(ValueError, match=r"max\(\(n - 2\), 1\)"):
         f(a, np.zeros(4, "float32"))
+
+
+# scalar parameters (a te.var in the argument list) in exported libraries ----------------------
+
+
+def _scalar_kernel():  # noqa: ANN202
+    n = te.var("n")
+    alpha = te.var("alpha", "float32")
+    k = te.var("k", "int64")
+    flag = te.var("flag", "int32")
+    A = te.placeholder((n,), "float32", name="A")
+    B = te.compute((n,), lambda i: te.if_then_else(flag != 0, A[i] * alpha + k.astype("float32"), A[i]),
+                   name="B")
+    s = te.create_schedule(B.op)
+    return tc.build(s, [A, alpha, k, B, flag, n], name="axpyk")
+
+
+def test_scalar_params_export_header_manifest_and_load(tmp_path: Path) -> None:
+    f = _scalar_kernel()
+    path = tmp_path / "sc.so"
+    f.export_library(path)
+    header = (tmp_path / "sc.h").read_text()
+    assert ("int32_t axpyk(const float* A, float* B, int64_t n, float alpha, int64_t k, int32_t flag);"
+            in header)
+    assert "scalar, by value" in header and "also a scalar argument" in header
+    manifest = json.loads((tmp_path / "sc.json").read_text())
+    (entry,) = manifest["kernels"]
+    params = [ParamSpec.from_json(p) for p in entry["params"]]
+    assert [p.name for p in params if p.scalar] == ["alpha", "k", "flag", "n"]
+    assert params[1] == ParamSpec("alpha", "float32", (), False, True)
+    m = load_module(path)
+    a = np.arange(6, dtype=np.float32)
+    b = np.zeros(6, np.float32)
+    m(a, 2.5, 3, b, 1, 6)
+    np.testing.assert_array_equal(b, a * 2.5 + 3)
+    m(a, np.float32(-1), np.int64(1), b, 0, 6)
+    np.testing.assert_array_equal(b, a)
+    ref = np.zeros(6, np.float32)
+    f(a, 2.5, 3, ref, 1, 6)
+    m(a, 2.5, 3, b, 1, 6)
+    np.testing.assert_array_equal(b, ref)
+    # the same type checks as the JIT: each message names the argument
+    for bad, exc, match in [
+        ((a, "x", 3, b, 1, 6), TypeError, "alpha"),
+        ((a, 2.5, 3.5, b, 1, 6), TypeError, "k"),
+        ((a, 2.5, 2**70, b, 1, 6), (TypeError, OverflowError, ValueError), "k"),
+        ((a, 2.5, 3, b, 1, 7), ValueError, "n"),
+        ((a, 2.5, 3, b, 1), TypeError, "arguments"),
+    ]:
+        with pytest.raises(exc, match=match):
+            m(*bad)
+        with pytest.raises(exc, match=match):
+            f(*bad)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_c_program_passes_scalars_by_value(tmp_path: Path) -> None:
+    _scalar_kernel().export_library(tmp_path / "sc.so")
+    src = tmp_path / "main.c"
+    src.write_text(textwrap.dedent('''
+        #include <stdio.h>
+        #include "sc.h"
+        int main(void) {
+            float a[4] = {0, 1, 2, 3}, b[4];
+            int rc = axpyk(a, b, 4, 0.5f, (int64_t)10, 1);
+            printf("%d %g %g %g %g\\n", rc, b[0], b[1], b[2], b[3]);
+            return 0;
+        }
+    '''))
+    exe = tmp_path / "main"
+    cc = subprocess.run(["gcc", "-std=c99", "-Wall", "-Werror", "-o", str(exe), str(src),
+                         f"-I{tmp_path}", f"-L{tmp_path}", "-l:sc.so", f"-Wl,-rpath,{tmp_path}"],
+                        capture_output=True, text=True, timeout=60)
+    assert cc.returncode == 0, cc.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.stdout.split() == ["0", "10", "10.5", "11", "11.5"], run.stderr
