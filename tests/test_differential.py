@@ -50,6 +50,10 @@ INT_MAX_MAG = 2.0 ** 30  # int32 never overflows
 GRID_BUDGET = 1200  # output points x reduction points per stage
 INTERP_BUDGET = 6000  # estimated scalar iterations above which the interpreter is skipped
 EXTENTS = [1, 2, 3, 4, 5, 7, 8, 9, 11, 13, 16, 17, 19, 20]
+# storage dtypes of some inputs, cast on load to the dtype the program computes in
+NARROW = {"uint8": "int32", "int16": "int32", "float16": "float32", "bfloat16": "float32"}
+# unit roundoff of a 16-bit float store (round to nearest even): 2**-11 / 2**-8 relative
+HALF_U = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,8 @@ def _np_load(env: dict, name: str, idx: list, guard: Any, pad: Any) -> Any:
 
 def _te_load(env: dict, name: str, idx: list, guard: Any, pad: Any) -> Any:
     ld = env["tensors"][name][tuple(idx)]
+    if ld.dtype in NARROW:  # 8/16-bit storage: computed in int32 / float32 (cast on load)
+        ld = ld.astype(NARROW[ld.dtype])
     return ld if guard is None else te.if_then_else(guard, ld, pad)
 
 
@@ -219,6 +225,7 @@ class StageSpec:
     reducer: str = ""
     where: tuple | None = None
     init: Any = None
+    store: str = ""  # float16/bfloat16: a float32 stage stored in 16 bits (an output only)
 
 
 @dataclass
@@ -268,6 +275,10 @@ class Gen:
         p.outputs = [s.name for s in p.stages if s.name not in self.read]
         if len(p.stages) > 1 and self.chance(0.15):
             p.outputs = sorted({*p.outputs, self.pick([s.name for s in p.stages[:-1]])})
+        for sp in p.stages:  # some float outputs nothing reads are stored in 16 bits
+            if (sp.name in p.outputs and sp.name not in self.read and sp.info.dtype == "float32"
+                    and not sp.reducer and self.chance(0.5)):
+                sp.store = self.pick(["float16", "bfloat16"] if sp.info.M <= 60000 else ["bfloat16"])
         return p
 
     def dims(self, lo: int, hi: int, budget: int) -> list[Dim]:
@@ -396,7 +407,12 @@ class Gen:
         chosen = self.draw(st.permutations(slots))[: self.draw(st.integers(1, min(3, len(slots))))]
         name = f"A{len(self.prog.inputs)}"
         dtype = "int32" if self.chance(0.4) else "float32"
-        self.prog.inputs.append((name, [s[1] for s in chosen], dtype))
+        # some inputs stored in 8/16 bits; their values (ints in [-8, 8] or [0, 8], multiples of
+        # 1/4 in [-3, 3]) are exact in every storage dtype, so the Info stays that of the input
+        storage = dtype
+        if self.chance(0.5):
+            storage = self.pick(["uint8", "int16"] if dtype == "int32" else ["float16", "bfloat16"])
+        self.prog.inputs.append((name, [s[1] for s in chosen], storage))
         self.info[name] = Info(dtype, 8.0, 0, 0.0) if dtype == "int32" else Info(dtype, 3.0, 2, 0.0)
         return ("load", name, tuple(("v", s[0]) for s in chosen), None, None), self.info[name]
 
@@ -521,7 +537,7 @@ def build_te(p: Program) -> dict[str, te.Tensor]:
             env["tensors"] = T
             body = ev(sp.body, TE, env)
             if not sp.reducer:
-                return body
+                return body.astype(sp.store) if sp.store else body
             where = ev(sp.where, TE, env) if sp.where is not None else None
             return _REDUCERS[sp.reducer](body, axis=raxes, where=where, init=sp.init)
 
@@ -530,7 +546,7 @@ def build_te(p: Program) -> dict[str, te.Tensor]:
 
 
 def reference(p: Program, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    vals: dict[str, np.ndarray] = {k: v.astype(np.float64 if v.dtype.kind == "f" else np.int64)
+    vals: dict[str, np.ndarray] = {k: v.astype(np.float64 if v.dtype.kind in "fV" else np.int64)
                                    for k, v in arrays.items()}
     for sp in p.stages:
         env = _grid_env(sp.dims, sp.rdims)
@@ -567,7 +583,8 @@ def program_text(p: Program) -> str:
             body = f"te.{sp.reducer}({body}, axis=[{rs}]{where}{init})"
         axes = ", ".join(f"i{j}" for j in range(len(sp.dims)))
         lines.append(f"{sp.name} = te.compute(({', '.join(map(str, sp.dims))},), lambda {axes}: {body}, "
-                     f"name={sp.name!r})  # tol {sp.info.E:.3g}")
+                     f"name={sp.name!r})  # tol {sp.info.E:.3g}"
+                     + (f"; body .astype({sp.store!r})" if sp.store else ""))
     lines.append(f"# outputs: {p.outputs}")
     return "\n".join(lines)
 
@@ -744,9 +761,22 @@ class Sched:
 def _inputs(p: Program, seed: int) -> dict[str, np.ndarray]:
     """Ints in [-8, 8]; floats are multiples of 1/4 in [-3, 3] (what makes exactness provable)."""
     rng = np.random.default_rng(seed)
-    return {name: rng.integers(-8, 9, [d.val for d in dims]).astype(np.int32) if dtype == "int32"
-            else (rng.integers(-12, 13, [d.val for d in dims]) / 4).astype(np.float32)
-            for name, dims, dtype in p.inputs}
+    out = {}
+    for name, dims, dtype in p.inputs:
+        shape = [d.val for d in dims]
+        if NARROW.get(dtype, dtype) == "int32":
+            out[name] = rng.integers(0 if dtype == "uint8" else -8, 9, shape).astype(dtype)
+        else:
+            out[name] = (rng.integers(-12, 13, shape) / 4).astype(_np_dtype(dtype))
+    return out
+
+
+def _np_dtype(dtype: str) -> Any:
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
 
 
 def _compare(what: str, p: Program, got: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> None:
@@ -756,7 +786,10 @@ def _compare(what: str, p: Program, got: dict[str, np.ndarray], ref: dict[str, n
         if sp.info.dtype == "int32":
             bad = g.astype(np.int64) != r
         else:
-            bad = ~(np.abs(g.astype(np.float64) - r) <= 4 * sp.info.E + 1e-6 + 1e-5 * np.abs(r))
+            tol = 4 * sp.info.E + 1e-6 + 1e-5 * np.abs(r)
+            if sp.store:  # one more rounding, to 16 bits: u relative, and 2**-24 near zero
+                tol = tol + HALF_U[sp.store] * (np.abs(r) + 4 * sp.info.E) + 2.0 ** -24
+            bad = ~(np.abs(g.astype(np.float64) - r) <= tol)
         if bad.any():
             k = tuple(int(x) for x in np.argwhere(bad)[0])
             raise AssertionError(f"{what}: {name} differs at {int(bad.sum())}/{bad.size} points, "
@@ -767,8 +800,16 @@ def _work(p: Program) -> int:
     return sum(math.prod(d.val for d in s.dims + s.rdims) for s in p.stages)
 
 
+def output_arrays(p: Program, ref: dict) -> dict[str, np.ndarray]:
+    """The outputs to run into: each in its stage's storage dtype (16 bits where the stage is
+    stored so), filled with a value no program computes."""
+    store = {s.name: s.store for s in p.stages}
+    return {n: np.full(ref[n].shape, -7777, _np_dtype(store[n] or ref[n].dtype.name.replace("64", "32")))
+            for n in p.outputs}
+
+
 def _run(fn: Any, p: Program, arrays: dict, ref: dict) -> dict[str, np.ndarray]:
-    outs = {n: np.full(ref[n].shape, -7777, ref[n].dtype.name.replace("64", "32")) for n in p.outputs}
+    outs = output_arrays(p, ref)
     fn(*[arrays[n] for n, _, _ in p.inputs], *outs.values())
     return outs
 
