@@ -182,7 +182,7 @@ def _access(c: SimtCompiler, buf: Buffer, index: E.Expr, lanes: int
 
 
 def _in_flight_error(c: SimtCompiler, a: AsyncCopies, buf: Buffer, flat: np.ndarray, o: np.ndarray,
-                     sel: np.ndarray, what: str) -> None:
+                     sel: np.ndarray, what: str, where: str) -> None:
     busy = a.busy.get(id(flat))
     if busy is None:
         return
@@ -200,7 +200,7 @@ def _in_flight_error(c: SimtCompiler, a: AsyncCopies, buf: Buffer, flat: np.ndar
     raise AsyncCopyError(
         f"{what} shared buffer '{buf.name}' element {elem} by thread {me} of block {state.block} "
         f"while the cp.async into it issued by thread {issuer} is still in flight (its group "
-        f"has not been retired by cp_async_wait_group) in `{c._where}`", buf.name, elem, me)
+        f"has not been retired by cp_async_wait_group) in `{where}`", buf.name, elem, me)
 
 
 def checked_access(c: SimtCompiler, buf: Buffer, indices: tuple[E.Expr, ...], lanes: int,
@@ -212,10 +212,11 @@ def checked_access(c: SimtCompiler, buf: Buffer, indices: tuple[E.Expr, ...], la
     if len(indices) != 1:
         return fn
     storage, get, a = _flat_storage(c, buf), _access(c, buf, indices[0], lanes), _copies(c)
+    where = c._where  # the statement, read now: the compiler moves on before this runs
     def checked(env: Env) -> Any:
         if a.inflight:
             o, sel = get(env)
-            _in_flight_error(c, a, buf, storage(env), o, sel, what)
+            _in_flight_error(c, a, buf, storage(env), o, sel, what, where)
         return fn(env)
     return checked
 
@@ -257,7 +258,7 @@ def compile_cp_async(c: SimtCompiler, s: S.BufferStore, nbytes: int) -> StmtFn:
                     f"cp.async of {nbytes} bytes at element {int(f[lane])} of '{name}' by thread "
                     f"{state.thread(lane)} of block {state.block} is not {nbytes}-byte aligned "
                     f"in `{where}`", name, int(f[lane]), state.thread(lane))
-        _in_flight_error(c, a, buf, flat, o, sel, "cp.async into")
+        _in_flight_error(c, a, buf, flat, o, sel, "cp.async into", where)
         elems = o[sel]
         a.busy_of(flat)[elems] = state.lin[np.broadcast_to(
             lane_ids if lanes == 1 else lane_ids[:, None], shape)[sel]]

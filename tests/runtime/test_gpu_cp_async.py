@@ -8,6 +8,7 @@ retired), alignment, and sm_75 refused."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -242,6 +243,7 @@ def test_a_missing_or_short_wait_reads_poison(depth: int, which: int, mode: str)
     msg = str(err.value)
     assert "still in flight" in msg and "_shared" in msg and "thread (" in msg
     assert err.value.buffer in ("A_shared", "B_shared") and err.value.element >= 0
+    assert "in ``" not in msg and re.search(r"in `[^`]*_shared\[", msg)  # the statement
 
 
 def test_a_wait_after_the_barrier_is_a_race() -> None:
