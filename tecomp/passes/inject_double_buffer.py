@@ -105,7 +105,7 @@ def _unwrap(m: Stmt) -> tuple[set[Var], Stmt]:
     return data, m
 
 
-class _Touched(StmtVisitor):
+class Touched(StmtVisitor):
     def __init__(self) -> None:
         self.data: set[Var] = set()
 
@@ -118,9 +118,9 @@ class _Touched(StmtVisitor):
         super().visit_BufferStore(s)
 
 
-def _touched(s: Stmt) -> set[Var]:
+def touched(s: Stmt) -> set[Var]:
     """The data vars of the buffers ``s`` loads or stores."""
-    t = _Touched()
+    t = Touched()
     t.visit_stmt(s)
     return t.data
 
@@ -165,7 +165,7 @@ class _Injector(StmtMutator):
         k = s.var
         loads = [u[1] for u in ours if u is not None and u[0] <= marked]
         rest = [m for m, u in zip(items, ours) if not (u is not None and u[0] <= marked)]
-        if _touched(seq(*loads)) & {b.data for b in kept}:
+        if touched(seq(*loads)) & {b.data for b in kept}:
             return None  # the loads use another stage of this iteration: no prologue for it
 
         def producer(at: Expr, half: int) -> Stmt:

@@ -40,7 +40,7 @@ import dataclasses
 from ..arith.simplify import simplify
 from ..ir.buffer import Buffer
 from ..ir.expr import BufferLoad, Call, Expr, IntImm, Ramp, Var, const
-from ..ir.functor import StmtMutator, StmtVisitor, substitute
+from ..ir.functor import StmtMutator, substitute
 from ..ir.stmt import (
     ASYNC_COPY_SCOPE,
     ASYNC_PIPELINE_SCOPE,
@@ -59,6 +59,7 @@ from ..ir.stmt import (
     seq,
 )
 from .flatten import flat_size
+from .inject_double_buffer import touched
 
 
 def commit_group() -> Evaluate:
@@ -140,25 +141,6 @@ def _unwrap(m: Stmt) -> tuple[dict[Var, int], Stmt] | None:
     return data, m
 
 
-class _Touched(StmtVisitor):
-    def __init__(self) -> None:
-        self.data: set[Var] = set()
-
-    def visit_BufferLoad(self, e: BufferLoad) -> None:
-        self.data.add(e.buffer.data)
-        super().visit_BufferLoad(e)
-
-    def visit_BufferStore(self, s: BufferStore) -> None:
-        self.data.add(s.buffer.data)
-        super().visit_BufferStore(s)
-
-
-def _touched(s: Stmt) -> set[Var]:
-    t = _Touched()
-    t.visit_stmt(s)
-    return t.data
-
-
 class _Injector(StmtMutator):
     def visit_For(self, s: For) -> Stmt:
         body = self.visit_stmt(s.body)
@@ -198,7 +180,7 @@ class _Injector(StmtMutator):
         is_ours = [u is not None and set(u[0]) <= set(marked) for u in ours]
         loads = [u[1] for u, o in zip(ours, is_ours) if o and u is not None]
         rest = [m for m, o in zip(items, is_ours) if not o]
-        if _touched(seq(*loads)) & {b.data for b in kept}:
+        if touched(seq(*loads)) & {b.data for b in kept}:
             return None  # the loads use another stage of this iteration: no prologue for it
         kd = k.dtype
 
