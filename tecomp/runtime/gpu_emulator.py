@@ -86,7 +86,7 @@ def emulate(
     >>> emulate(f, a, b); bool((b == 2 * a).all())
     True
     """
-    env, copy_back = I._bind_args(func, arrays)
+    env, copy_back = I.bind_args(func, arrays)
     launch = _launch(func, env)
     grid = tuple(launch[f"blockIdx.{a}"] for a in "xyz")
     dims = (launch["threadIdx.x"], launch["threadIdx.y"], launch["threadIdx.z"])

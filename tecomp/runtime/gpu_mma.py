@@ -25,6 +25,7 @@ from ..ir import expr as E  # noqa: N812
 from ..ir import stmt as S  # noqa: N812
 from ..te.intrin_cuda import FRAGMENT_SCOPES, LDMATRIX, MMA, WARP_SIZE, fragment_elements
 from . import interp as I  # noqa: N812
+from . import interp_ops as ops
 
 if TYPE_CHECKING:
     from .gpu_simt import SimtCompiler
@@ -306,7 +307,7 @@ def compile_fragment_alloc(c: SimtCompiler, s: S.Allocate) -> StmtFn:
     def run_fragment(env: Env) -> None:
         init = np.zeros(state.T, npd)
         if poison:
-            init.view(np.uint8 if npd.kind in "iu" else npd).fill(I._POISON[npd.kind])
+            init.view(np.uint8 if npd.kind in "iu" else npd).fill(ops.POISON[npd.kind])
         cells = [init] * size
         old, old_name = env.get(data, I._MISSING), by_name.get(buf.name, I._MISSING)
         env[data] = by_name[buf.name] = cells  # type: ignore[assignment]

@@ -49,6 +49,7 @@ from ..ir.printer import stmt_str
 from ..te.intrin_cuda import FRAGMENT_SCOPES as _FRAGMENT_SCOPES
 from ..te.intrin_cuda import MMA_CALLS as _WARP_CALLS
 from . import interp as I  # noqa: N812
+from . import interp_ops as ops
 from .gpu_race import RaceTracker
 
 Env = I.Env
@@ -482,7 +483,7 @@ class SimtCompiler(I._Compiler):
                 size = _alloc_size(buf, [f(env) for f in dims], [f(env) for f in strides])
                 flat = state.shared[key] = np.zeros(size, npd)
             if poison:
-                flat.view(np.uint8 if npd.kind in "iu" else npd).fill(I._POISON[npd.kind])
+                flat.view(np.uint8 if npd.kind in "iu" else npd).fill(ops.POISON[npd.kind])
             else:
                 flat.fill(0)
             live[0] += flat.nbytes
@@ -508,7 +509,7 @@ class SimtCompiler(I._Compiler):
             size = _alloc_size(buf, [f(env) for f in dims], [f(env) for f in strides])
             init = np.zeros(state.T, npd)
             if poison:
-                init.view(np.uint8 if npd.kind in "iu" else npd).fill(I._POISON[npd.kind])
+                init.view(np.uint8 if npd.kind in "iu" else npd).fill(ops.POISON[npd.kind])
             cells = [init] * size  # per element, the [T] values of every thread; never mutated
             old, old_name = env.get(data, _MISSING), by_name.get(buf.name, _MISSING)
             env[data] = by_name[buf.name] = cells  # type: ignore[assignment]
@@ -605,11 +606,11 @@ class SimtCompiler(I._Compiler):
     def _v_binary(self, e: E.BinaryOp) -> ExprFn:
         fa, fb, op = self.expr(e.a), self.expr(e.b), type(e)
         if dt.is_float(e.dtype):
-            fn = I._FLOAT_VECTOR[op]
+            fn = ops.FLOAT_VECTOR[op]
         elif op in (E.Div, E.FloorDiv, E.FloorMod):
             return self._v_int_div(e, fa, fb)
         else:
-            fn = I._INT_VECTOR[op]
+            fn = ops.INT_VECTOR[op]
         if op in (E.Add, E.Sub, E.Mul) and isinstance(e.b, (E.IntImm, E.FloatImm)):
             # a 0-d array of the dtype: numpy mixes it with arrays faster than a Python scalar
             c = np.array(e.b.value, dt.value_numpy(e.dtype))
@@ -617,7 +618,7 @@ class SimtCompiler(I._Compiler):
         return lambda env: fn(fa(env), fb(env))
 
     def _v_int_div(self, e: E.BinaryOp, fa: ExprFn, fb: ExprFn) -> ExprFn:
-        fn, state, live_of = I._INT_VECTOR[type(e)], self.state, self.live_for(dt.lanes(e.dtype))
+        fn, state, live_of = ops.INT_VECTOR[type(e)], self.state, self.live_for(dt.lanes(e.dtype))
         npd = dt.to_numpy(e.dtype)
         def vdiv(env: Env) -> Any:
             x, y = fa(env), fb(env)
@@ -637,7 +638,7 @@ class SimtCompiler(I._Compiler):
         return vdiv
 
     def _v_cmp(self, e: E.CmpOp) -> ExprFn:
-        fa, fb, fn = self.expr(e.a), self.expr(e.b), I._CMP[type(e)]
+        fa, fb, fn = self.expr(e.a), self.expr(e.b), ops.CMP[type(e)]
         return lambda env: fn(fa(env), fb(env))
 
     def _v_logic(self, e: E.And | E.Or) -> ExprFn:
@@ -740,8 +741,8 @@ class SimtCompiler(I._Compiler):
             return lambda env: 0
         if e.name == "likely":
             return args[0]
-        if e.name in I._PREDICATES:
-            pfn = I._PREDICATES[e.name]
+        if e.name in ops.PREDICATES:
+            pfn = ops.PREDICATES[e.name]
             return lambda env: pfn(*[a(env) for a in args])
         if e.name == "reinterpret":
             rfn, (r0,) = intrin_eval.reinterpret_fn(e.args[0].dtype, e.dtype, True), args
@@ -755,7 +756,7 @@ class SimtCompiler(I._Compiler):
                 raise TecompError(f"unknown intrinsic {e.name!r} for {e.dtype} in {e}")
             (a0,) = args
             return (lambda env: np.abs(a0(env))) if e.name in ("abs", "fabs") else a0
-        ffn = I._float_fns(dt.value_numpy(e.dtype)).get(e.name)
+        ffn = ops.float_fns(dt.value_numpy(e.dtype)).get(e.name)
         if ffn is None:
             raise TecompError(f"unknown intrinsic {e.name!r} in {e}")
         if len(args) == 1:
@@ -829,11 +830,11 @@ class SimtCompiler(I._Compiler):
         return lambda env: np.repeat(fv(env)[:, None], lanes, axis=1)
 
     def _v_reduce(self, e: E.VectorReduce) -> ExprFn:
-        fv, op = self.expr(e.value), I._REDUCE_OPS.get(e.op)
+        fv, op = self.expr(e.value), ops.REDUCE_OPS.get(e.op)
         if op is None:
             raise TecompError(f"unknown VectorReduce op {e.op!r}: {e}")
         # lane by lane, left to right, each step rounded to the dtype: interp's ordered fold
-        fn = I._FLOAT_VECTOR[op] if dt.is_float(e.dtype) else I._INT_VECTOR[op]
+        fn = ops.FLOAT_VECTOR[op] if dt.is_float(e.dtype) else ops.INT_VECTOR[op]
         def reduce(env: Env) -> Any:
             v = fv(env)
             return functools.reduce(fn, [v[:, k] for k in range(v.shape[1])])
@@ -948,7 +949,7 @@ def _alloc_size(buf: Buffer, dims: list[int], strides: list[int]) -> int:
 _C = SimtCompiler
 _VEXPR: dict[type, Callable[[SimtCompiler, Any], ExprFn]] = {
     E.Var: I._Compiler._var,
-    **{k: _C._v_binary for k in I._INT_SCALAR}, **{k: _C._v_cmp for k in I._CMP},
+    **{k: _C._v_binary for k in ops.INT_SCALAR}, **{k: _C._v_cmp for k in ops.CMP},
     E.And: _C._v_logic, E.Or: _C._v_logic, E.Not: _C._v_not, E.Select: _C._v_select,
     E.Cast: _C._v_cast, E.Call: _C._v_call, E.Ramp: _C._v_ramp, E.Broadcast: _C._v_broadcast,
     E.VectorReduce: _C._v_reduce, E.BufferLoad: _C._v_load,

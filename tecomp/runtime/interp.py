@@ -39,9 +39,8 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -51,23 +50,16 @@ from ..ir import dtype as dt
 from ..ir import expr as E  # noqa: N812
 from ..ir import stmt as S  # noqa: N812
 from ..ir.buffer import Buffer
+from . import interp_args
+from . import interp_ops as ops
+from .interp_args import Pointer
+from .interp_ops import saturating_float_to_int  # noqa: F401  (public: tests and users call interp.saturating_float_to_int)
 
 Env = dict[Any, Any]
 ExprFn = Callable[[Env], Any]
 StmtFn = Callable[[Env], None]
 
 _MISSING = object()
-
-
-class Pointer(NamedTuple):
-    """A handle into a buffer's flat storage: what extern callables receive for a pointer.
-
-    ``array`` is the 1-D storage (writes through it reach the caller's array) and ``offset``
-    the element index the pointer designates, so ``p.array[p.offset:]`` is the C view.
-    """
-
-    array: np.ndarray
-    offset: int = 0
 
 
 def run(
@@ -95,7 +87,7 @@ def run(
     >>> run(f, a, b); b.tolist()
     [0.0, 2.0, 4.0, 6.0]
     """
-    env, copy_back = _bind_args(func, args)
+    env, copy_back = bind_args(func, args)
     compiler = _Compiler(externs or {}, poison, max_steps)
     compiler.by_name.update((b.name, env[b.data]) for b in func.params)
     body = compiler.stmt(func.body)
@@ -107,158 +99,14 @@ def run(
             user[...] = work
 
 
-# argument binding ---------------------------------------------------------------------------
-
-
-def _bind_args(func: S.PrimFunc, args: Sequence[Any]) -> tuple[Env, list[tuple[np.ndarray, np.ndarray]]]:
-    """Check the arrays against the buffers, bind symbolic dims, build the initial env.
-
-    A function with scalar parameters (``attrs["scalar_params"]``: te.vars in the argument
-    list) takes them at their places among the arrays, as a compiled kernel does."""
-    scalars: list[tuple[E.Var, Any]] = []
-    spos = func.attrs.get("scalar_params")
-    if spos:
-        nuser = len(func.params) + len(spos)
-        if len(args) < nuser:
-            raise TypeError(f"{func.name} takes {nuser} arguments (arrays and scalars), got "
-                            f"{len(args)}")
-        at = {p for p, _ in spos}
-        scalars = [(v, args[p]) for p, v in spos]
-        args = [x for k, x in enumerate(args[:nuser]) if k not in at] + list(args[nuser:])
-    nparam, ndim = len(func.params), len(func.dim_vars)
-    if len(args) not in (nparam, nparam + ndim):
-        raise TypeError(
-            f"{func.name} takes {nparam} arrays (optionally followed by {ndim} dim values), "
-            f"got {len(args)} arguments"
-        )
-    env: Env = {}
-    for v, x in zip(func.dim_vars, args[nparam:], strict=False):
-        env[v] = operator.index(x)  # TypeError for anything but an int
-    deferred: list[tuple[E.Expr, int, str]] = []
-
-    def unify(e: E.Expr, value: int, what: str) -> None:
-        if isinstance(e, E.IntImm):
-            if e.value != value:
-                raise ValueError(f"{what} is {value}, expected {e.value}")
-        elif isinstance(e, E.Var):
-            prev = env.setdefault(e, value)
-            if prev != value:
-                raise ValueError(f"{what} is {value}, but {e.name} = {prev} from another argument")
-        else:
-            deferred.append((e, value, what))
-
-    copy_back: list[tuple[np.ndarray, np.ndarray]] = []
-    for k, (buf, arr) in enumerate(zip(func.params, args[:nparam], strict=False)):
-        name = f"{func.name} argument {k} ({buf.name})"
-        if not isinstance(arr, np.ndarray):
-            raise TypeError(f"{name} must be a numpy array, got {type(arr).__name__}")
-        el = dt.element(buf.dtype)
-        if el == "bfloat16" and arr.dtype.name in ("bfloat16", "uint16"):
-            arr = arr.view(np.uint16)  # computed from its bits: no ml_dtypes needed here
-        elif arr.dtype.name != el:
-            raise ValueError(f"{name}: dtype is {arr.dtype.name}, expected {buf.dtype}")
-        if arr.ndim != buf.ndim:
-            raise ValueError(f"{name}: has {arr.ndim} dims, expected {buf.ndim} {list(buf.shape)}")
-        for axis, (e, n) in enumerate(zip(buf.shape, arr.shape, strict=True)):
-            unify(e, n, f"{name} dim {axis}")
-        if not buf.strides and not (arr.flags.c_contiguous and arr.dtype.isnative):
-            # run on a compact native copy and write it back, like a C caller would have to
-            work = np.ascontiguousarray(arr, arr.dtype.newbyteorder("="))
-            copy_back.append((arr, work))
-            arr = work
-        if buf.strides:
-            item = arr.itemsize
-            for axis, (e, st) in enumerate(zip(buf.strides, arr.strides, strict=True)):
-                if st % item or st < 0 or not arr.dtype.isnative:
-                    raise ValueError(f"{name}: byte stride {st} of dim {axis} is not usable")
-                unify(e, st // item, f"{name} stride {axis} (elements)")
-            span = 1 + sum((n - 1) * (st // item) for n, st in zip(arr.shape, arr.strides, strict=True))
-            flat = np.lib.stride_tricks.as_strided(arr, (span if arr.size else 0,), (item,))
-        else:
-            flat = arr.reshape(-1)
-        env[buf.data] = Pointer(flat, 0)
-    for v, x in scalars:
-        from .args import ParamSpec, check_scalar
-
-        val = check_scalar(f"{func.name} scalar argument {v.name}",
-                           ParamSpec(v.name, dt.element(v.dtype), (), scalar=True), x)
-        if dt.is_float(v.dtype):
-            val = dt.to_numpy(v.dtype).type(val)
-        prev = env.setdefault(v, val)
-        if prev != val:
-            raise ValueError(f"{func.name} scalar argument {v.name} is {val}, but {v.name} = "
-                             f"{prev} from the argument shapes")
-    for e, value, what in deferred:
-        try:
-            got = _Compiler({}, False, None).expr(e)(env)
-        except TecompError as err:
-            raise ValueError(f"{what}: cannot evaluate {e}: {err}") from None
-        if got != value:
-            raise ValueError(f"{what} is {value}, expected {e} = {got}")
-    for v in func.dim_vars:
-        if v not in env:
-            raise ValueError(f"{func.name}: symbolic dim {v.name} appears in no argument shape")
-    return env, copy_back
+def bind_args(func: S.PrimFunc, args: Sequence[Any]) -> tuple[Env, list[tuple[np.ndarray, np.ndarray]]]:
+    """`interp_args.bind_args` with this interpreter evaluating shape expressions: the env of
+    ``func`` called with ``args`` and the (user array, working copy) pairs to copy back.
+    The GPU emulator binds its arguments through this too."""
+    return interp_args.bind_args(func, args, lambda e, env: _Compiler({}, False, None).expr(e)(env))
 
 
 # helpers --------------------------------------------------------------------------------------
-
-
-def _int_range(dtype: str) -> tuple[int, int]:
-    """[lo, hi) of an int dtype; bool counts as 0/1."""
-    if dt.is_bool(dtype):
-        return 0, 2
-    info = np.iinfo(dt.to_numpy(dtype))
-    return int(info.min), int(info.max) + 1
-
-
-def saturating_float_to_int(x: Any, dtype: Any) -> np.ndarray:
-    """Floats ``x`` (array-like) converted to the numpy integer ``dtype`` with the IR's cast
-    semantics: truncate toward zero, saturate to the dtype's range, NaN -> 0."""
-    npd = np.dtype(dtype)
-    info = np.iinfo(npd)
-    t = np.trunc(np.asarray(x, np.float64))  # exact for float16/32/64 inputs
-    lo, hi = float(info.min), float(info.max) + 1.0  # 0 or -2**(b-1), 2**b or 2**(b-1): exact
-    with np.errstate(invalid="ignore"):
-        ok = (t >= lo) & (t < hi)  # False for NaN
-        out = np.where(ok, t, 0.0).astype(npd)  # in range: exact
-        out[t >= hi] = info.max
-        out[t < lo] = info.min
-    return out
-
-
-def _wrapper(dtype: str) -> Callable[[int], int]:
-    lo, hi = _int_range(dtype)
-    m = hi - lo
-    return lambda x: x if lo <= x < hi else (x - lo) % m + lo
-
-
-def _erf(x: Any) -> Any:
-    a = np.asarray(x)
-    r = np.array([math.erf(v) for v in a.reshape(-1).tolist()], dtype=a.dtype)
-    return r.reshape(a.shape)[()]
-
-
-def _float_fns(npd: np.dtype) -> dict[str, Callable[..., Any]]:
-    one = npd.type(1)
-    return {
-        "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10,
-        "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt,
-        "rsqrt": lambda x: one / np.sqrt(x), "tanh": np.tanh,
-        "sigmoid": lambda x: one / (one + np.exp(-x)), "erf": _erf,
-        "abs": np.abs, "fabs": np.abs, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc,
-        "round": np.rint, "nearbyint": np.rint, "rint": np.rint,
-        "pow": np.power, "power": np.power, "sin": np.sin, "cos": np.cos, "tan": np.tan,
-        "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "atan2": np.arctan2,
-        "sinh": np.sinh, "cosh": np.cosh, "fmin": np.fmin, "fmax": np.fmax, "fmod": np.fmod,
-        "copysign": np.copysign,
-        "fma": lambda a, b, c: (np.float64(a) * np.float64(b) + np.float64(c)).astype(npd),
-        **intrin_eval.float_fns(npd),
-    }
-
-
-_PREDICATES = {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}
-_POISON = {"f": np.nan, "b": True, "i": 0x5A, "u": 0x5A}
 
 
 def _restore(env: dict[Any, Any], key: Any, old: Any) -> None:
@@ -371,7 +219,7 @@ class _Compiler:
                 raise TecompError(f"allocation of {buf.name} has negative size {dims}")
             flat = np.zeros(size, npd)
             if poison:  # NaN for floats, True for bools, 0x5A5A... for ints
-                flat.view(np.uint8 if npd.kind in "iu" else npd).fill(_POISON[npd.kind])
+                flat.view(np.uint8 if npd.kind in "iu" else npd).fill(ops.POISON[npd.kind])
             p = Pointer(flat, 0)
             old, old_name = env.get(data, _MISSING), by_name.get(buf.name, _MISSING)
             env[data] = by_name[buf.name] = p
@@ -617,9 +465,9 @@ class _Compiler:
         if dt.lanes(e.dtype) > 1:
             return self._vector_binary(e, fa, fb)
         if dt.is_float(e.dtype):
-            fn = _FLOAT_SCALAR[op]
+            fn = ops.FLOAT_SCALAR[op]
             return lambda env: fn(fa(env), fb(env))
-        fn, (lo, hi) = _INT_SCALAR[op], _int_range(e.dtype)
+        fn, (lo, hi) = ops.INT_SCALAR[op], ops.int_range(e.dtype)
         if op is E.Min or op is E.Max:
             return lambda env: fn(fa(env), fb(env))
         if op is E.Add or op is E.Sub or op is E.Mul:
@@ -628,7 +476,7 @@ class _Compiler:
                 r = fn(fa(env), fb(env))
                 return r if lo <= r < hi else (r - lo) % m + lo  # type: ignore[no-any-return]
             return arith
-        wrap = _wrapper(e.dtype)
+        wrap = ops.wrapper(e.dtype)
         masked, mcell = self.masked_depth > 0, self.mask
         def div(env: Env) -> int:
             x, y = fa(env), fb(env)
@@ -642,9 +490,9 @@ class _Compiler:
     def _vector_binary(self, e: E.BinaryOp, fa: ExprFn, fb: ExprFn) -> ExprFn:
         op, lanes = type(e), dt.lanes(e.dtype)
         if dt.is_float(e.dtype):
-            vfn = _FLOAT_VECTOR[op]
+            vfn = ops.FLOAT_VECTOR[op]
             return lambda env: vfn(fa(env), fb(env))
-        vfn = _INT_VECTOR[op]
+        vfn = ops.INT_VECTOR[op]
         if op not in (E.Div, E.FloorDiv, E.FloorMod):
             return lambda env: vfn(fa(env), fb(env))
         masked, mcell = self.masked_depth > 0, self.mask
@@ -661,12 +509,12 @@ class _Compiler:
         return vdiv
 
     def _cmp(self, e: E.CmpOp) -> ExprFn:
-        fa, fb, fn = self.expr(e.a), self.expr(e.b), _CMP[type(e)]
+        fa, fb, fn = self.expr(e.a), self.expr(e.b), ops.CMP[type(e)]
         return lambda env: fn(fa(env), fb(env))
 
     def _logic(self, e: E.And | E.Or) -> ExprFn:
         fa, fb = self.expr(e.a), self.expr(e.b)
-        sfn, vfn = _LOGIC[type(e)]
+        sfn, vfn = ops.LOGIC[type(e)]
         fn = vfn if dt.lanes(e.dtype) > 1 else sfn
         return lambda env: fn(fa(env), fb(env))  # both operands run: no short-circuit
 
@@ -719,7 +567,7 @@ class _Compiler:
             if dt.is_bool(dst):
                 return lambda env: np.asarray(fv(env)) != 0
             if dt.is_float(src) and not dt.is_float(dst):
-                return lambda env: saturating_float_to_int(fv(env), npd)
+                return lambda env: ops.saturating_float_to_int(fv(env), npd)
             return lambda env: np.asarray(fv(env)).astype(npd)
         if dt.is_bool(dst):
             return lambda env: bool(fv(env))
@@ -733,8 +581,8 @@ class _Compiler:
                     return t(v)  # exact in double, so this rounds once
                 return np.array(v, np.int64 if v < 0 else np.uint64).astype(npd)[()]
             return int_to_float
-        lo, hi = _int_range(dst)
-        wrap = _wrapper(dst)
+        lo, hi = ops.int_range(dst)
+        wrap = ops.wrapper(dst)
         if not dt.is_float(src):
             return lambda env: wrap(int(fv(env)))
         def float_to_int(env: Env) -> int:
@@ -768,13 +616,13 @@ class _Compiler:
         return lambda env: np.full(lanes, fv(env), npd)
 
     def _vector_reduce(self, e: E.VectorReduce) -> ExprFn:
-        fv, op = self.expr(e.value), _REDUCE_OPS.get(e.op)
+        fv, op = self.expr(e.value), ops.REDUCE_OPS.get(e.op)
         if op is None:
             raise TecompError(f"unknown VectorReduce op {e.op!r}: {e}")
         if dt.is_float(e.dtype):  # numpy scalars: every step rounds to the dtype, in lane order
-            ffn = _FLOAT_SCALAR[op]
+            ffn = ops.FLOAT_SCALAR[op]
             return lambda env: functools.reduce(ffn, fv(env))
-        ifn, wrap = _INT_SCALAR[op], _wrapper(e.dtype)
+        ifn, wrap = ops.INT_SCALAR[op], ops.wrapper(e.dtype)
         return lambda env: wrap(functools.reduce(ifn, fv(env).tolist()))
 
     def _call(self, e: E.Call) -> ExprFn:
@@ -817,14 +665,14 @@ class _Compiler:
             return lambda env: conv(fn(*[a(env) for a in args]))
         if e.name == "reinterpret":
             return self._reinterpret(e, args[0])
-        if e.name in _PREDICATES:
-            pfn = _PREDICATES[e.name]
+        if e.name in ops.PREDICATES:
+            pfn = ops.PREDICATES[e.name]
             if dt.lanes(e.dtype) > 1:
                 return lambda env: pfn(*[a(env) for a in args])
             return lambda env: bool(pfn(*[a(env) for a in args]))
         if not dt.is_float(e.dtype):
             return self._int_call(e, args)
-        ffn = _float_fns(dt.value_numpy(e.dtype)).get(e.name)
+        ffn = ops.float_fns(dt.value_numpy(e.dtype)).get(e.name)
         if ffn is None:
             raise TecompError(f"unknown intrinsic {e.name!r} in {e}")
         if len(args) == 1:
@@ -869,7 +717,7 @@ class _Compiler:
             return a0  # rounding an integer is the identity
         if dt.lanes(e.dtype) > 1:
             return lambda env: np.abs(a0(env))  # wraps INT_MIN like the hardware
-        wrap = _wrapper(e.dtype)
+        wrap = ops.wrapper(e.dtype)
         return lambda env: wrap(abs(a0(env)))
 
     def _converter(self, dtype: str) -> Callable[[Any], Any]:
@@ -883,54 +731,10 @@ class _Compiler:
         return conv
 
 
-# operator tables ----------------------------------------------------------------------------
-
-
-def _trunc_div(a: int, b: int) -> int:
-    q = abs(a) // abs(b)
-    return q if (a < 0) == (b < 0) else -q
-
-
-def _vec_trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    q = np.floor_divide(a, b)
-    fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
-    return q + fix.astype(q.dtype)
-
-
-# Min/Max are ``a < b ? a : b`` / ``a > b ? a : b``: Python's min(b, a) keeps b unless a < b.
-_MIN, _MAX = (lambda a, b: min(b, a)), (lambda a, b: max(b, a))
-_INT_SCALAR: dict[type, Callable[[Any, Any], Any]] = {
-    E.Add: operator.add, E.Sub: operator.sub, E.Mul: operator.mul, E.Div: _trunc_div,
-    E.FloorDiv: operator.floordiv, E.FloorMod: operator.mod, E.Min: _MIN, E.Max: _MAX,
-}
-_FLOAT_SCALAR: dict[type, Callable[[Any, Any], Any]] = {
-    E.Add: operator.add, E.Sub: operator.sub, E.Mul: operator.mul, E.Div: operator.truediv,
-    E.FloorDiv: lambda a, b: np.floor(a / b), E.FloorMod: lambda a, b: a - np.floor(a / b) * b,
-    E.Min: _MIN, E.Max: _MAX,
-}
-_INT_VECTOR: dict[type, Callable[[Any, Any], Any]] = {
-    E.Add: np.add, E.Sub: np.subtract, E.Mul: np.multiply, E.Div: _vec_trunc_div,
-    E.FloorDiv: np.floor_divide, E.FloorMod: np.remainder, E.Min: np.minimum, E.Max: np.maximum,
-}
-_FLOAT_VECTOR: dict[type, Callable[[Any, Any], Any]] = {
-    **_FLOAT_SCALAR,
-    E.Min: lambda a, b: np.where(a < b, a, b), E.Max: lambda a, b: np.where(a > b, a, b),
-}
-_CMP: dict[type, Callable[[Any, Any], Any]] = {
-    E.EQ: operator.eq, E.NE: operator.ne, E.LT: operator.lt, E.LE: operator.le,
-    E.GT: operator.gt, E.GE: operator.ge,
-}
-
-_REDUCE_OPS = {"add": E.Add, "mul": E.Mul, "min": E.Min, "max": E.Max}
-_LOGIC: dict[type, tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]]] = {
-    E.And: (lambda a, b: bool(a) and bool(b), np.logical_and),
-    E.Or: (lambda a, b: bool(a) or bool(b), np.logical_or),
-}
-
 _C = _Compiler
 _EXPR: dict[type, Callable[[_Compiler, Any], ExprFn]] = {
     E.IntImm: _C._imm, E.FloatImm: _C._imm, E.StringImm: _C._imm, E.Var: _C._var,
-    **{k: _C._binary for k in _INT_SCALAR}, **{k: _C._cmp for k in _CMP},
+    **{k: _C._binary for k in ops.INT_SCALAR}, **{k: _C._cmp for k in ops.CMP},
     E.And: _C._logic, E.Or: _C._logic, E.Not: _C._not, E.Select: _C._select, E.Cast: _C._cast,
     E.Call: _C._call, E.Let: _C._let, E.Ramp: _C._ramp, E.Broadcast: _C._broadcast,
     E.VectorReduce: _C._vector_reduce, E.BufferLoad: _C._load,
