@@ -59,7 +59,8 @@ from ..ir import stmt as S  # noqa: N812
 from ..ir.functor import StmtVisitor
 from . import interp as I  # noqa: N812
 from .gpu_race import RaceError, RaceTracker
-from .gpu_simt import BarrierDivergenceError, BlockState, ShuffleDivergenceError, SimtCompiler
+from .gpu_shuffle import ShuffleDivergenceError
+from .gpu_simt import BarrierDivergenceError, BlockState, SimtCompiler
 
 _TAGS = tuple(f"{k}.{a}" for k in ("blockIdx", "threadIdx") for a in "xyz")
 
