@@ -46,7 +46,7 @@ through ptxas too.
 ``TECOMP_GPU_DIFF_PROGRESS=path``: the replay blob of the example being run (one that hangs).
 ``TECOMP_GPU_DIFF_NO_SHRINK=1``: report the first failure as drawn (shrinking takes minutes).
 ``TECOMP_GPU_DIFF_STRICT=1``: the known tecomp bugs below fail the test instead of being skipped.
-``TECOMP_GPU_DIFF_NARROW_SIBLINGS=1``: also draw the narrower cooperative loads of bugs F and L.
+``TECOMP_GPU_DIFF_NARROW_SIBLINGS=0``: do not draw the narrower cooperative loads of bugs F and L.
 ``TECOMP_GPU_DIFF_LOCAL_XTHREAD=0``: do not draw the per-thread-group cross-thread reductions of
 bug I (a local stage at an outer threadIdx loop of the root, reduced across the inner ones).
 ``TECOMP_GPU_DIFF_NO_FORK=1``: build in the test process only (each build is first tried in a
@@ -124,11 +124,10 @@ MAX_LOCAL = 512  # local memory per thread, in elements (every masked store copi
 # symbolic size is not a legal GPU schedule (shared and local memory are sized at compile time)
 NOT_LEGAL = [re.compile(r"has the non-constant shape")]
 # a shared stage at a blockIdx loop whose cooperative loops bind fewer threads than the block
-# has (a sibling of the root's threadIdx loop, not nested in it): bug F in tests/DIFFERENTIAL.md
-# is fixed, but with an rfactor stage exchanging data inside such a narrow loop thread_sync
-# still refuses (bug L); drawn only with TECOMP_GPU_DIFF_NARROW_SIBLINGS=1 until L is fixed
-# (otherwise such stages use exactly the block's extents; nested ones draw narrower ones)
-NARROW_SIBLINGS = os.environ.get("TECOMP_GPU_DIFF_NARROW_SIBLINGS", "0") != "0"
+# has (a sibling of the root's threadIdx loop, not nested in it): bugs F and L in
+# tests/DIFFERENTIAL.md, both fixed; drawn unless TECOMP_GPU_DIFF_NARROW_SIBLINGS=0 (then such
+# stages use exactly the block's extents; nested ones always draw narrower ones)
+NARROW_SIBLINGS = os.environ.get("TECOMP_GPU_DIFF_NARROW_SIBLINGS", "1") != "0"
 # a reduction computed at an outer threadIdx loop of the root (local) and reduced across the
 # threads of the inner ones (bug I in tests/DIFFERENTIAL.md, fixed); drawn unless
 # TECOMP_GPU_DIFF_LOCAL_XTHREAD=0
@@ -641,6 +640,8 @@ class GSched(Sched):
         tags = [t for t in THREAD_TAGS if t in self.block]
         lim = {t: self.block[t] if not narrow or g.chance(0.7) else g.draw(st.integers(1, self.block[t]))
                for t in tags}
+        if any(lim[t] < self.block[t] for t in tags):
+            self.cats.add("narrow-coop")  # bugs F, K and L lived here
         if len(sp) >= len(tags) and len(tags) > 1 and g.chance(0.4):
             # one axis per tag, the last axis on threadIdx.x (the GEMM's tile loads)
             outers, inners = [], []

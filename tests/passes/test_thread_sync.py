@@ -11,7 +11,21 @@ import pytest
 import tecomp as tc
 from tecomp import te
 from tecomp.errors import LoweringError
-from tecomp.ir import Buffer, BufferLoad, BufferStore, For, ForKind, IfThenElse, PrimFunc, Var, const
+from tecomp.ir import (
+    LT,
+    Broadcast,
+    Buffer,
+    BufferLoad,
+    BufferStore,
+    Cast,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    Ramp,
+    Var,
+    const,
+)
 from tecomp.ir.functor import StmtMutator
 from tecomp.ir.stmt import Allocate, SeqStmt, Stmt, barrier, is_barrier, seq
 from tecomp.passes.loop_partition import LoopPartition
@@ -414,3 +428,152 @@ def test_a_fused_shared_stage_split_across_a_loop_and_a_narrower_thread_loop() -
     f = _emulates(s, [A, T], [a], np.zeros((4, 3), np.float32), ref)
     text = _text(f)
     assert _barriers(f) == 2 and text[-1] == "syncthreads()" and text[-3] == "syncthreads()"
+
+
+# fuzzer finding L: masked-off lanes and guarded-off threads touch nothing -----------------------
+
+
+def _masked_pair(bound: int, narrow: int = 48) -> PrimFunc:
+    """In a loop over ``narrow`` of the block's 64 threads: a vector store of two lanes to
+    ``sh[ramp(2tx, 1, 2) % 64]`` masked by ``ramp(2tx, 1, 2) < bound``, then a masked
+    read-modify-write of the same lanes; after the loop every thread reads another's element.
+    Up to bound 64 each element is one thread's (threads 32.. are masked off); from 65 on,
+    thread 32's first lane wraps onto thread 0's element 0."""
+    out = Buffer("out", (const(64),), "float32")
+    sh = Buffer("sh", (const(64),), "float32", scope="shared")
+    tx, t2 = Var("tx"), Var("t2")
+    lanes = Ramp(tx * 2, const(1), 2)
+    idx = lanes % Broadcast(const(64), 2)  # a vector index that is not a Ramp
+    pred = LT(lanes, Broadcast(const(bound), 2))
+    val = Broadcast(Cast("float32", tx), 2)
+    own = seq(BufferStore(sh, val, (idx,), pred),
+              BufferStore(sh, BufferLoad(sh, (idx,), predicate=pred) + Broadcast(const(1.0, "float32"), 2),
+                          (idx,), pred))
+    body = seq(For(tx, const(0), const(narrow), ForKind.THREAD_BINDING, own, TX),
+               For(t2, const(0), const(64), ForKind.THREAD_BINDING,
+                   BufferStore(out, BufferLoad(sh, ((t2 + 5) % 64,)), (t2,)), TX))
+    f = _kernel(Allocate(sh, body))
+    f.params[0] = out
+    return f
+
+
+@pytest.mark.parametrize("bound", [64, 63])
+def test_masked_off_lanes_of_a_vector_store_do_not_conflict(bound: int) -> None:
+    # before the fix the vector index (not a Ramp) was not understood and the masks were
+    # ignored, so the init and update of each thread's own lanes needed a barrier inside the
+    # 48-thread loop, where not every thread arrives: refused
+    got = thread_sync(_masked_pair(bound))
+    text = _text(got)
+    assert _barriers(got) == 1 and text.index("syncthreads()") == text.index(
+        "thread_binding t2 in range(64) thread_tag=threadIdx.x:") - 1
+    o = np.full(64, -1.0, np.float32)
+    emulate(got, o)
+    sh = np.zeros(64, np.float32)  # never written: the emulator's shared memory starts at 0
+    e = np.arange(64)
+    live = e < bound
+    sh[live] = e[live] // 2 + 1.0
+    np.testing.assert_array_equal(o, sh[(e + 5) % 64])
+
+
+@pytest.mark.parametrize("bound", [65, 66, 80])
+def test_live_lanes_that_wrap_onto_another_threads_element_still_conflict(bound: int) -> None:
+    # bound 65: only lane 0 of thread 32 is live, and it writes thread 0's element 0
+    with pytest.raises(LoweringError, match="shared buffer sh where not every thread of the block "
+                                            "arrives .*covers 48 of 64 threads"):
+        thread_sync(_masked_pair(bound))
+
+
+def _guarded_pair(cond_of: object, in_else: bool) -> PrimFunc:
+    """In a loop over 48 of 64 threads: ``sh[tx % 32] = tx; sh[tx % 32] += 1`` in the then (or
+    else) branch of ``cond_of(tx)``; then every thread reads its neighbour's element."""
+    out = Buffer("out", (const(64),), "float32")
+    sh = Buffer("sh", (const(64),), "float32", scope="shared")
+    tx, t2 = Var("tx"), Var("t2")
+    own = seq(BufferStore(sh, Cast("float32", tx), (tx % 32,)),
+              BufferStore(sh, BufferLoad(sh, (tx % 32,)) + 1.0, (tx % 32,)))
+    cond = cond_of(tx)  # type: ignore[operator]
+    guarded = IfThenElse(cond, BufferStore(out, const(0.0, "float32"), (tx,)), own) if in_else \
+        else IfThenElse(cond, own)
+    body = seq(For(tx, const(0), const(48), ForKind.THREAD_BINDING, guarded, TX),
+               For(t2, const(0), const(64), ForKind.THREAD_BINDING,
+                   BufferStore(out, BufferLoad(sh, ((t2 + 1) % 32,)), (t2,)), TX))
+    f = _kernel(Allocate(sh, body))
+    f.params[0] = out
+    return f
+
+
+@pytest.mark.parametrize("cond_of, in_else, ok", [
+    (lambda tx: tx * 3 < 96, False, True),     # threads 0..31: one element each
+    (lambda tx: tx * 3 >= 96, True, True),     # the else branch: the same threads
+    (lambda tx: tx * 3 < 99, False, False),    # thread 32 too: it shares element 0 with 0
+    (lambda tx: tx * 3 >= 99, True, False),
+], ids=["then", "else", "then-too-wide", "else-too-wide"])
+def test_a_guard_that_is_not_a_thread_bound_leaves_guarded_off_threads_out(cond_of: object, in_else: bool,
+                                                                          ok: bool) -> None:
+    f = _guarded_pair(cond_of, in_else)
+    if not ok:
+        with pytest.raises(LoweringError, match="shared buffer sh where not every thread"):
+            thread_sync(f)
+        return
+    got = thread_sync(f)
+    assert _barriers(got) == 1
+    o = np.zeros(64, np.float32)
+    emulate(got, o)
+    np.testing.assert_array_equal(o, ((np.arange(64) + 1) % 32 + 1).astype(np.float32))
+
+
+def test_a_masked_store_still_orders_against_other_threads_reads() -> None:
+    # the mask leaves threads 32.. out of the store, not the store out of the analysis: the
+    # read of another thread's element needs the barrier (without it the emulator sees a race)
+    out = Buffer("out", (const(64),), "float32")
+    sh = Buffer("sh", (const(64),), "float32", scope="shared")
+    tx = Var("tx")
+    lanes = Ramp(tx * 2, const(1), 2)
+    body = seq(BufferStore(sh, Broadcast(Cast("float32", tx), 2), (lanes,),
+                           LT(lanes, Broadcast(const(64), 2))),
+               BufferStore(out, BufferLoad(sh, (63 - tx,)), (tx,)))
+    f = _kernel(Allocate(sh, For(tx, const(0), const(64), ForKind.THREAD_BINDING, body, TX)))
+    f.params[0] = out
+    got = thread_sync(f)
+    assert _barriers(got) == 1
+    o = np.zeros(64, np.float32)
+    emulate(got, o)
+    np.testing.assert_array_equal(o, ((63 - np.arange(64)) // 2).astype(np.float32))
+    with pytest.raises(RaceError):
+        emulate(f, np.zeros(64, np.float32))
+
+
+def test_fuzzer_finding_l_an_rfactor_stage_vectorised_over_a_narrow_sibling_loop() -> None:
+    # the fuzzer's kernel: S0.rf (1 x 5 x 8 x 3, shared) fused, split by 2 (vectorised), by 2
+    # (2 of the block's 3 x-threads), 7 (y) and 5 (z); its store's index is the vector
+    # x//120*120 + x//24%5*24 + x//3%8*3 + x%3 of x = tz*28 + ty*4 + tx*2 + lane, masked by
+    # tz*7 + ty < 30. Refused before ("not every thread of the block arrives")
+    A0 = te.placeholder((5,), name="A0")
+    r = te.reduce_axis((0, 2), name="r")
+    S0 = te.compute((5, 8, 5), lambda i0, i1, i2: te.max(A0[i2] * (r + 1.0), axis=[r]), name="S0")
+    s = te.create_schedule(S0.op)
+    ro, _ = s[S0].split(S0.op.reduce_axis[0], factor=3)
+    rf = s.rfactor(S0, ro, factor_axis=0)
+    i0, i1, i2 = s[S0].op.axis
+    s[S0].reorder(i2, i1, i0, s[S0].op.reduce_axis[0])
+    i2o, i2i = s[S0].split(i2, nparts=2)
+    s[S0].reorder(i2o, i1, i0, i2i, s[S0].op.reduce_axis[0])
+    s[S0].bind(i2o, te.thread_axis("blockIdx.x"))
+    s[S0].bind(i1, te.thread_axis("threadIdx.y"))
+    s[S0].bind(i0, te.thread_axis("threadIdx.z"))
+    s[S0].bind(i2i, te.thread_axis("threadIdx.x"))
+    s[rf].compute_at(s[S0], i2o)
+    fo, fi = s[rf].split(s[rf].fuse(*s[rf].op.axis), factor=2)
+    fo, fx = s[rf].split(fo, factor=2)
+    s[rf].bind(fx, te.thread_axis("threadIdx.x"))
+    fo, fy = s[rf].split(fo, factor=7)
+    s[rf].bind(fy, te.thread_axis("threadIdx.y"))
+    _, fz = s[rf].split(fo, factor=5)
+    s[rf].bind(fz, te.thread_axis("threadIdx.z"))
+    s[rf].vectorize(fi)
+    a = _rng(5)
+    ref = np.broadcast_to(np.maximum(a, 2 * a)[None, None, :], (5, 8, 5)).astype(np.float32)
+    func = _emulates(s, [A0, S0], [a], np.zeros((5, 8, 5), np.float32), ref)
+    text = _text(func)
+    assert _barriers(func) == 1  # between the stage and its consumer, outside the narrow loop
+    assert text.index("syncthreads()") > max(i for i, ln in enumerate(text) if ln.startswith("S0_rf["))
