@@ -621,23 +621,48 @@ class CodegenNVPTX(CodegenLLVM):
     def _cp_async(self, s: S.BufferStore, nbytes: int) -> None:
         """One thread's ``cp.async.{cg|ca}.shared.global [dst], [src], nbytes``: 16-byte copies
         bypass L1 (.cg, the only form PTX has for 16 bytes and what CUTLASS uses); 4/8-byte
-        ones go through it (.ca)."""
-        src = s.value
-        assert isinstance(src, E.BufferLoad)
+        ones go through it (.ca). A guarded copy (`cp_async_source`: a padded input, a ragged
+        tile) is the zero-filling form ``cp.async [dst], [src], nbytes, src_size`` (LLVM's
+        ``...{nbytes}.s`` intrinsics) with ``src_size = cond ? nbytes : 0``, or ``count *
+        element size`` for a vector's live prefix: the bytes past src_size are written as zeros;
+        with 0 nothing is read, and the source then points at element 0 of the buffer, so no
+        address outside it is ever formed."""
+        from ..passes.inject_software_pipeline import cp_async_source
+
+        found = cp_async_source(s)
+        assert found is not None
+        src, cond = found
         b = self.b
 
-        def ptr(buf: Buffer, idx: E.Expr, space: int) -> ir.Value:
+        def ptr(buf: Buffer, idx: E.Expr, space: int, keep: ir.Value | None = None) -> ir.Value:
             self._check_cp_async_align(buf, idx, nbytes)
             base = idx.base if isinstance(idx, E.Ramp) else idx
             memel = llvm_type(dt.element(buf.dtype), memory=True)
-            p = b.gep(self.binding(buf).ptr, [self.expr(base)], inbounds=True, source_etype=memel)
+            off = self.expr(base)
+            if keep is not None:  # element 0 where nothing is read (aligned, in bounds)
+                off = b.select(keep, off, ir.Constant(off.type, 0))
+            p = b.gep(self.binding(buf).ptr, [off], inbounds=True, source_etype=memel)
             return b.addrspacecast(p, ir.PointerType(addrspace=space))
 
-        dst, gsrc = ptr(s.buffer, s.indices[0], 3), ptr(src.buffer, src.indices[0], 1)
         kind = "cg" if nbytes == 16 else "ca"
-        fnty = ir.FunctionType(VOID, [ir.PointerType(addrspace=3), ir.PointerType(addrspace=1)])
-        b.call(declare(self.module, f"llvm.nvvm.cp.async.{kind}.shared.global.{nbytes}", fnty),
-               [dst, gsrc])
+        ptrs = [ir.PointerType(addrspace=3), ir.PointerType(addrspace=1)]
+        dst = ptr(s.buffer, s.indices[0], 3)
+        if cond is None:
+            gsrc = ptr(src.buffer, src.indices[0], 1)
+            b.call(declare(self.module, f"llvm.nvvm.cp.async.{kind}.shared.global.{nbytes}",
+                           ir.FunctionType(VOID, ptrs)), [dst, gsrc])
+            return
+        g = self.expr(cond)
+        if dt.is_bool(cond.dtype):  # all lanes or none
+            c = g if g.type == I1 else b.icmp_unsigned("!=", g, ir.Constant(g.type, 0))
+            size = b.select(c, ir.Constant(I32, nbytes), ir.Constant(I32, 0))
+        else:  # a count of leading lanes (in [0, lanes]): that many elements are read
+            count = g if g.type == I32 else b.trunc(g, I32) if g.type.width > 32 else b.sext(g, I32)
+            size = b.mul(count, ir.Constant(I32, nbytes // dt.lanes(src.dtype)))
+            c = b.icmp_unsigned("!=", size, ir.Constant(I32, 0))
+        gsrc = ptr(src.buffer, src.indices[0], 1, keep=c)
+        b.call(declare(self.module, f"llvm.nvvm.cp.async.{kind}.shared.global.{nbytes}.s",
+                       ir.FunctionType(VOID, [*ptrs, I32])), [dst, gsrc, size])
 
     def _check_cp_async_align(self, buf: Buffer, idx: E.Expr, nbytes: int) -> None:
         """cp.async needs both addresses ``nbytes``-aligned. Proven (`access_align`): fine.

@@ -36,10 +36,27 @@ inject_double_buffer runs (after inject_virtual_thread, before loop_partition an
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ..arith.simplify import simplify
 from ..ir.buffer import Buffer
-from ..ir.expr import BufferLoad, Call, Expr, IntImm, Ramp, Var, const
+from ..ir.expr import (
+    And,
+    Broadcast,
+    BufferLoad,
+    Call,
+    Cast,
+    Expr,
+    FloatImm,
+    IntImm,
+    Max,
+    Min,
+    Not,
+    Ramp,
+    Select,
+    Var,
+    const,
+)
 from ..ir.functor import StmtMutator, substitute
 from ..ir.stmt import (
     ASYNC_COPY_SCOPE,
@@ -52,12 +69,14 @@ from ..ir.stmt import (
     Evaluate,
     For,
     ForKind,
+    IfThenElse,
     PrimFunc,
     SeqStmt,
     Stmt,
     barrier,
     seq,
 )
+from ..ir.structural import structural_equal
 from .flatten import flat_size
 from .inject_double_buffer import touched
 
@@ -119,6 +138,32 @@ class _Slot(StmtMutator):
         if nb is None:
             return s2
         return BufferStore(nb, s2.value, self._indices(nb, s2.indices), s2.predicate)
+
+
+class _ZeroFillForm(StmtMutator):
+    """``if c: AA[i] = A[j] else: AA[i] = 0`` -> ``AA[i] = select(c, A[j], 0)``: the one form of
+    a guarded copy that `cp_async_source` turns into a zero-filling cp.async (the other
+    branch order too). Only stores into the pipelined tiles ``dsts`` are rewritten."""
+
+    def __init__(self, dsts: set[Var]) -> None:
+        self.dsts = dsts
+
+    def visit_IfThenElse(self, s: IfThenElse) -> Stmt:
+        s2 = super().visit_IfThenElse(s)
+        if not isinstance(s2, IfThenElse):
+            return s2
+        t, f = s2.then_case, s2.else_case
+        if not (isinstance(t, BufferStore) and isinstance(f, BufferStore)):
+            return s2
+        if t.buffer.data not in self.dsts or f.buffer.data is not t.buffer.data \
+                or t.predicate is not None or f.predicate is not None \
+                or not structural_equal(t.indices, f.indices):
+            return s2
+        if _zero(f.value) and isinstance(t.value, BufferLoad):
+            return BufferStore(t.buffer, Select(s2.cond, t.value, f.value), t.indices)
+        if _zero(t.value) and isinstance(f.value, BufferLoad):
+            return BufferStore(t.buffer, Select(Not(s2.cond), f.value, t.value), t.indices)
+        return s2
 
 
 def _ring(buf: Buffer, depth: int) -> Buffer:
@@ -187,6 +232,7 @@ class _Injector(StmtMutator):
         def producer(at: Expr, slot: int) -> Stmt:
             """The cp.async loads of the tile of iteration ``at`` into ``slot``, one group."""
             body = _Slot(ring, slot).visit_stmt(substitute(seq(*loads), {k: at}))
+            body = _ZeroFillForm({b.data for b in ring.values()}).visit_stmt(body)
             return seq(AttrStmt(ASYNC_COPY_SCOPE, 1, body), commit_group())
 
         def compute(at: Expr, slot: int) -> Stmt:
@@ -224,21 +270,117 @@ def inject_software_pipeline(func: PrimFunc) -> PrimFunc:
     return func if body is func.body else dataclasses.replace(func, body=body)
 
 
-__all__ = ["commit_group", "inject_software_pipeline", "wait_group"]
+
+def _zero(e: Expr) -> bool:
+    """Is ``e`` the constant +0 (scalar or broadcast), the value a zero-filling copy writes?"""
+    if isinstance(e, Broadcast):
+        e = e.value
+    if isinstance(e, IntImm):
+        return e.value == 0
+    return isinstance(e, FloatImm) and e.value == 0.0 and math.copysign(1.0, e.value) > 0
+
+
+def _prefix(c: Expr) -> Expr | None:
+    """For a lane condition true on a leading run of lanes, ``ramp(b, 1, n) < x(c)`` (or
+    ``<=``, or written the other way round), the number of those lanes before clamping to
+    [0, n]: ``c - b`` (``c - b + 1``); None for any other form."""
+    from ..ir.expr import GE, GT, LE, LT
+
+    if isinstance(c, (LT, LE)):
+        r, x, incl = c.a, c.b, isinstance(c, LE)
+    elif isinstance(c, (GT, GE)):
+        r, x, incl = c.b, c.a, isinstance(c, GE)
+    else:
+        return None
+    if not (isinstance(r, Ramp) and isinstance(r.stride, IntImm) and r.stride.value == 1
+            and isinstance(x, Broadcast)):
+        return None
+    bound = x.value if x.value.dtype == r.base.dtype else Cast(r.base.dtype, x.value)
+    return bound - r.base + (1 if incl else 0)
+
+
+def copy_guard(cond: Expr, lanes: int) -> Expr | None:
+    """What a guarded copy's condition lets through, as one cp.async can say it: a scalar bool
+    (all lanes or none), or an int32 count of leading lanes (a ragged vector's live prefix:
+    the copy reads that many elements and zero-fills the rest). A conjunction of lane-uniform
+    conditions and prefix conditions (`_prefix`) qualifies; None: anything else."""
+    from ..ir import dtype as dt
+
+    uniform: list[Expr] = []
+    counts: list[Expr] = []
+    todo = [cond]
+    while todo:
+        c = todo.pop()
+        if isinstance(c, And):
+            todo += [c.b, c.a]
+            continue
+        u = c.value if isinstance(c, Broadcast) else c
+        if dt.lanes(u.dtype) == 1:
+            uniform.append(u)
+            continue
+        n = _prefix(c)
+        if n is None or dt.lanes(c.dtype) != lanes:
+            return None
+        counts.append(n if n.dtype == "int32" else Cast("int32", n))
+    every: Expr | None = None
+    for u in uniform:
+        every = u if every is None else And(every, u)
+    if not counts:
+        return every
+    live = counts[0]
+    for n in counts[1:]:
+        live = Min(live, n)
+    live = Max(Min(live, const(lanes)), const(0))
+    if every is not None:
+        live = Select(every, live, const(0))
+    return simplify(live)
+
+
+def cp_async_source(s: BufferStore) -> tuple[BufferLoad, Expr | None] | None:
+    """The global load a shared store copies and what guards it (None: nothing):
+    ``AA[i] = A[j]``; ``AA[i] = select(c, A[j], 0)`` (a padded input, a ragged tile's
+    ``if_then_else``), also with the sides swapped; or ``AA[i] = A[j]`` with a load predicate
+    ``c`` (masked-off lanes read 0). A guarded copy is a zero-filling cp.async: the guard
+    (`copy_guard`: a bool, or the count of leading live lanes) gives its source size, ``c ?
+    size : 0`` or ``count * element size``; the bytes it does not read are written as zeros.
+    None: not a copy cp.async can make."""
+    from ..ir import dtype as dt
+
+    v = s.value
+    cond: Expr | None = None
+    if isinstance(v, Select):
+        if _zero(v.f) and isinstance(v.t, BufferLoad):
+            cond, v = v.cond, v.t
+        elif _zero(v.t) and isinstance(v.f, BufferLoad):
+            cond, v = Not(v.cond), v.f
+        else:
+            return None
+        if v.predicate is not None:
+            return None
+    elif isinstance(v, BufferLoad) and v.predicate is not None:
+        cond = v.predicate
+        v = BufferLoad(v.buffer, v.indices, v.dtype)
+    if not isinstance(v, BufferLoad):
+        return None
+    if cond is None:
+        return v, None
+    guard = copy_guard(cond, dt.lanes(v.dtype))
+    return None if guard is None else (v, guard)
 
 
 def cp_async_bytes(s: BufferStore) -> int | None:
     """The bytes one thread's ``cp.async`` moves for ``s`` (a store inside an
     ``ASYNC_COPY_SCOPE``), or None when ``s`` is not a copy cp.async can do and stays an
     ordinary store: a flat shared destination, the value a plain load of a flat global buffer
-    of the same element type (no cast, no predicate), scalar or unit-stride Ramp indices, and
-    4, 8 or 16 bytes. Codegen and the emulator both decide with this function."""
+    of the same element type (no cast, no store predicate; guarded as `cp_async_source` says),
+    scalar or unit-stride Ramp indices, and 4, 8 or 16 bytes. Codegen and the emulator both
+    decide with this function."""
     from ..ir import dtype as dt
-    from ..ir.expr import Ramp
 
-    v = s.value
-    if not isinstance(v, BufferLoad) or s.predicate is not None or v.predicate is not None:
+    src = cp_async_source(s)
+    if src is None or s.predicate is not None:
         return None
+    v = src[0]
     if not s.buffer.scope.startswith("shared") or v.buffer.scope != "global":
         return None
     if len(s.indices) != 1 or len(v.indices) != 1:
@@ -256,4 +398,5 @@ def cp_async_bytes(s: BufferStore) -> int | None:
     return nbytes if nbytes in (4, 8, 16) else None
 
 
-__all__ += ["cp_async_bytes"]
+__all__ = ["commit_group", "copy_guard", "cp_async_bytes", "cp_async_source", "inject_software_pipeline",
+           "wait_group"]

@@ -222,23 +222,45 @@ def checked_access(c: SimtCompiler, buf: Buffer, indices: tuple[E.Expr, ...], la
 
 
 def compile_cp_async(c: SimtCompiler, s: S.BufferStore, nbytes: int) -> StmtFn:
-    """One cp.async per live thread: read the source now, put the copy in the open group."""
+    """One cp.async per live thread: read the source now, put the copy in the open group. A
+    guarded copy (`cp_async_source`: ``select(cond, A[j], 0)``) is the zero-filling form,
+    source size ``cond ? nbytes : 0`` (or the live prefix of a vector): the lanes it does not
+    read take zeros, in flight like any copy; a copy that reads nothing has its source at
+    element 0 (codegen), so its source address is not checked."""
+    from ..passes.inject_software_pipeline import cp_async_source
     from .gpu_memory import _expand, _flat_storage, _lane_axis, _oob, _site, compile_varying_load
 
-    src = s.value
-    assert isinstance(src, E.BufferLoad)
+    found = cp_async_source(s)
+    assert found is not None
+    src, cond = found
     buf, state = s.buffer, c.state
     lanes = dt.lanes(src.dtype)
     shape, npd = _shape(c, lanes), dt.storage_numpy(buf.dtype)
-    value = compile_varying_load(c, src)  # storage values (no float16 widening), bounds-checked
-    v_axis = _lane_axis(c, src, lanes)
+    # storage values (no float16 widening), bounds-checked; with a guard, a load predicated on
+    # it: the lanes it turns off read nothing and give 0, the zero fill
+    read, reads, some = src, None, None
+    if cond is not None and dt.is_bool(cond.dtype):  # all lanes or none
+        read = E.BufferLoad(src.buffer, src.indices, src.dtype,
+                            predicate=cond if lanes == 1 else E.Broadcast(cond, lanes))
+        reads = c.expr(cond)
+    elif cond is not None:  # the first `cond` lanes
+        lane = E.Ramp(E.const(0, cond.dtype), E.const(1, cond.dtype), lanes)
+        read = E.BufferLoad(src.buffer, src.indices, src.dtype,
+                            predicate=E.LT(lane, E.Broadcast(cond, lanes)))
+        some = E.GT(cond, E.const(0, cond.dtype))
+        reads = c.expr(some)
+    value = compile_varying_load(c, read)
+    # the compiler caches values by id(expression): the expressions made here must outlive the
+    # compiled statement, or a later one could take their ids (kept by the closure below)
+    made = (src, read, cond, some)
+    v_axis = _lane_axis(c, read, lanes)
     storage = _flat_storage(c, buf)
     dst = _access(c, buf, s.indices[0], lanes)
     srco = _access(c, src.buffer, src.indices[0], lanes)
     site = _site(c, buf, True, True, lanes)
     a, where, size = _copies(c), c._where, dt.itemsize(buf.dtype)
     lane_ids = np.arange(state.T)
-    def cp_async(env: Env) -> None:
+    def cp_async(env: Env, _made: Any = made) -> None:
         o, sel = dst(env)
         if not sel.any():
             return
@@ -248,9 +270,13 @@ def compile_cp_async(c: SimtCompiler, s: S.BufferStore, nbytes: int) -> StmtFn:
         if bad.any():
             raise _oob(c, buf, where, o, sel, flat.shape[0], shape) or IndexError(buf.name)
         so, _ = srco(env)
-        for name, first in ((buf.name, o), (src.buffer.name, so)):
+        live = sel if sel.ndim == 1 else sel[:, 0]
+        # a copy that reads nothing has its source at element 0 (aligned): only the reading
+        # copies' sources are checked
+        reading = live if reads is None else live & np.broadcast_to(
+            np.asarray(reads(env), bool), (state.T,))
+        for name, first, mis in ((buf.name, o, live), (src.buffer.name, so, reading)):
             f = first if first.ndim == 1 else first[:, 0]
-            mis = sel if sel.ndim == 1 else sel[:, 0]
             mis = mis & ((f * size) % nbytes != 0)
             if mis.any():
                 lane = state.first(mis)

@@ -4,10 +4,12 @@ cp.async into rings of 2-4 tiles, emulated against numpy (with a ragged last k t
 4-byte .ca and vectorised 16-byte .cg copies, float16), assembled by ptxas for sm_80 and sm_90
 (0 spills, shared memory = depth x tile), the commit/wait placement in the lowered IR, a
 misplaced or missing wait caught by the emulator (the destination is poison until its group is
-retired), alignment, and sm_75 refused."""
+retired), alignment, and sm_75 refused. Guarded copies (a zero-padded input, a ragged last
+tile, M/N tails) are the zero-filling ``cp.async [dst], [src], size, src_size`` form."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -20,18 +22,24 @@ import tecomp as tc
 from tecomp import te
 from tecomp.codegen.ptxas import ptxas_resources
 from tecomp.errors import LoweringError
-from tecomp.ir.expr import Call, IntImm, const
+from tecomp.ir import Allocate, AttrStmt, Buffer, For, ForKind, Var
+from tecomp.ir.expr import BufferLoad, Call, IntImm, Select, const
 from tecomp.ir.functor import StmtMutator, StmtVisitor
 from tecomp.ir.stmt import (
+    ASYNC_COPY_SCOPE,
     CP_ASYNC_COMMIT,
     CP_ASYNC_WAIT,
+    BufferStore,
     Evaluate,
+    IfThenElse,
     PrimFunc,
     SeqStmt,
     Stmt,
+    barrier,
     is_barrier,
     seq,
 )
+from tecomp.passes.inject_software_pipeline import commit_group, wait_group
 from tecomp.runtime.gpu_async import AsyncCopyError
 from tecomp.runtime.gpu_emulator import RaceError, emulate
 
@@ -282,3 +290,189 @@ def test_bad_uses_are_refused() -> None:
             st.double_buffer()
     with pytest.raises(LoweringError, match="pipeline\\(\\) and double_buffer\\(\\)"):
         tc.lower(s2, args2, target="cuda")
+
+
+# zero-filling cp.async: guarded copies (padded inputs, ragged tiles) ------------------------------
+
+
+def padded_gemm(M: int, N: int, K: int, depth: int, *, vec: int | None = None,
+                k_valid: int | None = None) -> tuple[te.Schedule, list[te.Tensor]]:
+    """C = Ap @ Bp over zero-padded copies of A (M x K) and B (K x N): ``Ap[i, k] =
+    if_then_else(i < M && k < k_valid, A[i, k], 0)`` (rows and k rounded up to whole 32-row /
+    ``K_TILE`` tiles), B likewise; the padding stages are inlined into the shared tiles, whose
+    copies are then ``select(cond, A[..], 0)``: zero-filling cp.async. ``vec``: the tiles'
+    rows fetched as ``vec``-element vectors (the guard lane-uniform, or a live prefix when
+    ``k_valid`` is not a multiple of ``vec``)."""
+    kv = K if k_valid is None else k_valid
+    Mp, Np, Kp = -(-M // 32) * 32, -(-N // 32) * 32, -(-kv // K_TILE) * K_TILE
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    Ap = te.compute((Mp, Kp), lambda i, k: te.if_then_else(te.all(i < M, k < kv), A[i, k], 0.0),
+                    name="Ap")
+    Bp = te.compute((Kp, Np), lambda k, j: te.if_then_else(te.all(k < kv, j < N), B[k, j], 0.0),
+                    name="Bp")
+    k = te.reduce_axis((0, Kp), name="k")
+    C = te.compute((Mp, Np), lambda i, j: te.sum(Ap[i, k] * Bp[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    s[Ap].compute_inline()
+    s[Bp].compute_inline()
+    AS, BS = s.cache_read(Ap, "shared", [C]), s.cache_read(Bp, "shared", [C])
+    AL, BL = s.cache_read(AS, "local", [C]), s.cache_read(BS, "local", [C])
+    CL = s.cache_write(C, "local")
+    tx, ty = te.thread_axis((0, 8), "threadIdx.x"), te.thread_axis((0, 8), "threadIdx.y")
+    i, j = s[C].op.axis
+    by, yi = s[C].split(i, factor=32)
+    bx, xi = s[C].split(j, factor=32)
+    ty_, yi = s[C].split(yi, nparts=8)
+    tx_, xi = s[C].split(xi, nparts=8)
+    s[C].reorder(by, bx, ty_, tx_, yi, xi)
+    s[C].bind(by, te.thread_axis("blockIdx.y"))
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(ty_, ty)
+    s[C].bind(tx_, tx)
+    s[CL].compute_at(s[C], tx_)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=K_TILE)
+    ci, cj = s[CL].op.axis
+    s[CL].reorder(ko, ki, ci, cj)
+    s[AL].compute_at(s[CL], ki)
+    s[BL].compute_at(s[CL], ki)
+    for X in (AS, BS):
+        s[X].compute_at(s[CL], ko)
+        if vec is None:
+            _, flat = s[X].split(s[X].fuse(*s[X].op.axis), factor=64)
+        else:
+            r, col = s[X].op.axis
+            co, vi = s[X].split(col, factor=vec)
+            _, flat = s[X].split(s[X].fuse(r, co), factor=64)
+            s[X].vectorize(vi)
+        fy, fx = s[X].split(flat, factor=8)
+        s[X].bind(fy, ty)
+        s[X].bind(fx, tx)
+        s[X].pipeline(depth)
+    return s, [A, B, C]
+
+
+def _padded_ref(a: np.ndarray, b: np.ndarray, kv: int) -> np.ndarray:
+    M, N = a.shape[0], b.shape[1]
+    out = np.zeros((-(-M // 32) * 32, -(-N // 32) * 32), np.float32)
+    out[:M, :N] = a[:, :kv] @ b[:kv]
+    return out
+
+
+def _zero_fill_copies(ptx: str, nbytes: int) -> list[str]:
+    """The cp.async lines of the src-size form (a fourth operand, a register)."""
+    return [ln.strip() for ln in ptx.splitlines()
+            if re.search(rf"cp\.async\.c[ag]\.shared\.global \[[^]]+\], \[[^]]+\], {nbytes}, %r\d+;", ln)]
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+@pytest.mark.parametrize("M, N, K, vec, kv", [
+    (64, 64, 36, None, None),   # K = 36: a ragged fifth k tile of 4 (scalar 4-byte copies)
+    (60, 44, 20, None, None),   # M and N tails as well
+    (64, 64, 36, 4, None),      # 16-byte copies: the k guard is uniform over each vector
+    (60, 60, 36, 4, 35),        # k < 35: the last vector of a row is a live prefix of 3 lanes
+], ids=["k-tail", "mnk-tails", "vec-k-tail", "vec-prefix"])
+def test_guarded_tiles_are_zero_filling_copies(M: int, N: int, K: int, vec: int | None, kv: int | None,
+                                               depth: int) -> None:
+    s, args = padded_gemm(M, N, K, depth, vec=vec, k_valid=kv)
+    f = tc.build(s, args, target="cuda")
+    a, b = _rand(M, K), _rand(K, N, seed=1)
+    if kv is not None:  # what the guards keep out is NaN: a lane read instead of zero-filled shows
+        a[:, kv:] = np.nan
+        b[kv:] = np.nan
+    got = emulate_out(f, [a, b], (-(-M // 32) * 32, -(-N // 32) * 32))
+    np.testing.assert_allclose(got, _padded_ref(a, b, K if kv is None else kv), **F32)
+    ptx = check_ptx(f, s, args)  # ptxas, sm_80 and sm_90, no spills
+    nbytes = 4 if vec is None else 16
+    for arch in ("sm_80", "sm_90"):
+        assert _zero_fill_copies(ptx[arch], nbytes), arch
+        # every element of both tiles goes through cp.async, the guarded ones too
+        assert "ld.global" not in ptx[arch] and "cp.async.wait_group" in ptx[arch]
+
+
+def test_the_guard_reaches_the_lowered_copies_as_selects() -> None:
+    f = tc.lower(*padded_gemm(64, 64, 36, 2), target="cuda")
+    text = str(f)
+    assert "async_copy_scope" in text
+    assert re.search(r"Ap_shared\[[^\n]*\] = select\([^\n]* < 20, A\[[^\n]*\], 0\.0f\)", text)
+
+
+def _zero_fill_kernel(wait: bool) -> PrimFunc:
+    """64 threads: ``S[tx] = select(tx < 10, A[tx], 0)`` as one cp.async each (a guarded copy,
+    src-size 0 from thread 10 on), committed, waited for (or not), then ``out[tx] = S[63 - tx]``."""
+    A = Buffer("A", (const(64),), "float32")
+    out = Buffer("out", (const(64),), "float32")
+    S = Buffer("S", (const(64),), "float32", scope="shared")
+    tx = Var("tx")
+    copy = BufferStore(S, Select(tx < 10, BufferLoad(A, (tx,)), const(0.0, "float32")), (tx,))
+    body = seq(AttrStmt(ASYNC_COPY_SCOPE, 1, copy), commit_group(),
+               *([wait_group(0)] if wait else []), barrier(),
+               BufferStore(out, BufferLoad(S, (63 - tx,)), (tx,)))
+    loop = For(tx, const(0), const(64), ForKind.THREAD_BINDING, body, (("thread_tag", "threadIdx.x"),))
+    f = PrimFunc("k", [A, out], Allocate(S, loop))
+    f.attrs["launch"] = {"threadIdx.x": const(64)}
+    return f
+
+
+def test_a_zero_filled_copy_writes_zeros_once_waited_for() -> None:
+    a = _rand(64)
+    out = np.full(64, np.nan, np.float32)
+    emulate(_zero_fill_kernel(wait=True), a, out, poison=True)  # shared memory starts as NaN
+    want = np.where(np.arange(64) < 10, a, 0.0).astype(np.float32)[::-1]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_a_zero_filled_copy_is_poison_until_its_wait() -> None:
+    with pytest.raises(AsyncCopyError, match="still in flight") as err:
+        emulate(_zero_fill_kernel(wait=False), _rand(64), np.zeros(64, np.float32))
+    # thread 0 reads S[63]: a copy that read nothing (src-size 0) but still lands at the wait
+    assert err.value.buffer == "S" and err.value.element == 63
+
+
+@pytest.mark.parametrize("vec", [None, 4], ids=["4-byte", "16-byte"])
+def test_removing_any_wait_of_a_zero_filling_pipeline_reads_poison(vec: int | None) -> None:
+    s, args = padded_gemm(64, 64, 36, 3, vec=vec)
+    f = tc.lower(s, args, target="cuda")
+    waits = sum(c.startswith("wait") for c in _calls(f.body))
+    assert waits >= 3
+    a, b = _rand(64, 36), _rand(36, 64, seed=1)
+    emulate(f, a, b, np.zeros((64, 64), np.float32))  # as lowered: fine
+    for which in range(waits):
+        body = _EditWait(which, "drop").visit_stmt(f.body)
+        g = PrimFunc(f.name, f.params, body, f.dim_vars, dict(f.attrs))
+        with pytest.raises(AsyncCopyError, match="still in flight"):
+            emulate(g, a, b, np.zeros((64, 64), np.float32))
+
+
+class _AsIfElse(StmtMutator):
+    """Test-only: ``AA[i] = select(c, A[j], 0)`` -> ``if c: AA[i] = A[j] else: AA[i] = 0``."""
+
+    def __init__(self) -> None:
+        self.rewritten = 0
+
+    def visit_BufferStore(self, s: BufferStore) -> Stmt:
+        v = s.value
+        if s.buffer.scope == "shared" and isinstance(v, Select) and isinstance(v.t, BufferLoad):
+            self.rewritten += 1
+            return IfThenElse(v.cond, BufferStore(s.buffer, v.t, s.indices),
+                              BufferStore(s.buffer, v.f, s.indices))
+        return s
+
+
+def test_an_if_else_zero_guard_is_the_same_zero_filling_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the guarded copy written as a branch with a zero store in the other arm (before
+    # inject_software_pipeline runs) becomes the same cp.async with src-size
+    from tecomp.passes import pipeline
+
+    edit = _AsIfElse()
+    before = ("as_if_else", lambda f: dataclasses.replace(f, body=edit.visit_stmt(f.body)))
+    at = [n for n, _ in pipeline.GPU_PIPELINE].index("inject_software_pipeline")
+    monkeypatch.setattr(pipeline, "GPU_PIPELINE",
+                        [*pipeline.GPU_PIPELINE[:at], before, *pipeline.GPU_PIPELINE[at:]])
+    s, args = padded_gemm(64, 64, 36, 2)
+    f = tc.build(s, args, target="cuda")
+    assert edit.rewritten >= 2  # the A and B tiles' guarded copies
+    a, b = _rand(64, 36), _rand(36, 64, seed=1)
+    np.testing.assert_allclose(emulate_out(f, [a, b], (64, 64)), a @ b, **F32)
+    ptx = f.get_source("ptx")
+    assert _zero_fill_copies(ptx, 4) and "ld.global" not in ptx
