@@ -160,6 +160,7 @@ class CUDABackend(Backend):
         cg = CodegenNVPTX(target)
         for f in funcs:
             for k in f.attrs.get("kernels") or [f]:  # a host function launches several
+                _check_launch_vars(k)
                 cg.add_function(k)
         return Artifact(target, tuple(KernelSpec.of(f) for f in funcs), str(cg.module),
                         funcs=tuple(funcs))
@@ -186,6 +187,26 @@ class CUDABackend(Backend):
         # linked, so linker/libs do not apply
         return write_cuda_library(self.compile(art), path, provenance=provenance,
                                   kernel_provenance=kernel_provenance)
+
+
+def _check_launch_vars(kernel: PrimFunc) -> None:
+    """Refuse a grid sized by something other than the kernel's dims: the runtime computes
+    launch extents from the argument shapes (`tecomp.runtime.cuda.CudaKernel.launch_dims`),
+    and a scalar parameter (or any other variable) is not among them."""
+    from ..ir import expr as E  # noqa: N812
+    from ..ir.functor import free_vars
+
+    dims = set(kernel.dim_vars)
+    for tag, ext in (kernel.attrs.get("launch") or {}).items():
+        if not isinstance(ext, E.Expr):
+            continue
+        other = sorted(v.name for v in free_vars(ext) if v not in dims)
+        if other:
+            raise TecompError(
+                f"kernel {kernel.name}: the launch extent of {tag} is {ext}, which depends on "
+                f"{', '.join(other)}, not only on dimensions of the argument buffers; a cuda "
+                "grid must follow from the argument shapes (a scalar parameter cannot size it: "
+                "give the tensor that axis as its shape instead)")
 
 
 _CPU = CPUBackend()

@@ -5,7 +5,9 @@ The input is the GPU kernel IR contract of docs/gpu-ir.md. Each PrimFunc becomes
     define ptx_kernel void @name(ptr noalias align 16 %A, ..., i64 %n, ...) "nvvm.maxntid"="T"
         "nvvm.minctasm"="1"
 
-with buffers in ``params`` order, then one i64 per ``dim_vars`` entry (the CPU's argument order),
+with buffers in ``params`` order, then one i64 per ``dim_vars`` entry, then the scalar
+parameters (``te.var`` arguments that are no dim, `llvm_base.c_scalar_params`) by value in their
+own types (the CPU's argument order),
 ``T`` the product of the threadIdx launch extents (``.maxntid T`` + ``.minnctapersm 1`` in the
 PTX, CUDA's ``__launch_bounds__(T, 1)``). Buffers are generic pointers: LLVM's NVPTX
 argument lowering and address-space inference turn accesses through kernel arguments into
@@ -64,7 +66,7 @@ from ..te.intrin_cuda import MIN_CC as _MMA_MIN_CC
 from ..te.intrin_cuda import MMA_CALLS as _MMA_CALLS
 from ..te.intrin_cuda import fragment_elements
 from .libdevice import emit_gpu_math_call, link_libdevice, needs_libdevice
-from .llvm_base import CodegenLLVM, const_elements
+from .llvm_base import CodegenLLVM, c_scalar_params, const_elements
 from .llvm_common import I1, I32, I64, PTR, VOID, call_intrinsic, cast, declare, llvm_type, opaque
 from .target import Target
 
@@ -271,7 +273,10 @@ class CodegenNVPTX(CodegenLLVM):
         launch, threads = self._launch_extents(func)
         self._launch, self._sregs, self._guards, self._smem = launch, {}, [], 0
         nb = len(func.params)
-        fnty = ir.FunctionType(VOID, [PTR] * nb + [I64] * len(func.dim_vars))
+        # scalar parameters (te.vars that are no dim) by value in their own type, after the
+        # dims, as on the CPU: i32 -> .param .u32, float -> .param .f32
+        scalars = [llvm_type(v.dtype) for v in c_scalar_params(func)]
+        fnty = ir.FunctionType(VOID, [PTR] * nb + [I64] * len(func.dim_vars) + scalars)
         fn = ir.Function(self.module, fnty, func.name)
         fn.calling_convention = "ptx_kernel"
         fn.attributes.add("nounwind")

@@ -275,10 +275,6 @@ class Lowering:
                 raise LoweringError(
                     f"stage {st.name}: storage scope 'shared' (GPU shared memory) needs a GPU "
                     "target (target=\"cuda\"); on a CPU use 'local' or 'global'")
-        if self.gpu and self.scalars:
-            raise LoweringError(
-                f"{self.name}: scalar parameters ({', '.join(v.name for _, v in self.scalars)}) "
-                "are supported on CPU targets only; on a GPU pass the value in a 1-element tensor")
         if self.gpu and len(roots) > 1:
             return self._kernels(roots)
         body = seq(*[self.stage_nest(st) for st in roots])
@@ -378,7 +374,12 @@ class Lowering:
                 for d in b.shape:
                     shape_vars |= free_vars(d)
             dims = [v for v in self.dim_vars if v in shape_vars]
-            missing = sorted(v.name for v in free_vars(body) if v in set(self.dim_vars) - shape_vars)
+            body_vars = free_vars(body)
+            # scalar parameters the kernel reads and gets no other way (not a dim of its own
+            # buffers) are its own by-value parameters, after its buffers
+            scalars = [v for _, v in self.scalars if v in body_vars and v not in shape_vars]
+            missing = sorted(v.name for v in body_vars
+                             if v in set(self.dim_vars) - shape_vars and v not in set(scalars))
             if missing:
                 raise LoweringError(
                     f"{self.name}: the kernel of stage {st.name} uses the size(s) {', '.join(missing)} "
@@ -386,6 +387,8 @@ class Lowering:
             kf = PrimFunc(f"{self.name}_kernel{k}", params, body, dims)
             kf.attrs["target"] = self.target
             kf.attrs["outputs"] = [i for i, b in enumerate(params) if b in self._written(st)]
+            if scalars:
+                kf.attrs["scalar_params"] = [(len(params) + j, v) for j, v in enumerate(scalars)]
             kf.attrs["launch"] = check_gpu_kernel(kf, self.target, {st.name})
             kernels.append(kf)
         host_body = seq(*[Evaluate(Call("int32", "launch_kernel", (StringImm(kf.name),)))
@@ -395,6 +398,8 @@ class Lowering:
         fn.attrs["target"] = self.target
         fn.attrs["kernels"] = kernels
         fn.attrs["intermediates"] = inter
+        if self.scalars:
+            fn.attrs["scalar_params"] = list(self.scalars)
         return fn
 
     def _written(self, st: Stage) -> list[Buffer]:

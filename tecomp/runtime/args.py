@@ -399,8 +399,9 @@ class _Written(StmtVisitor):
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """One compiled kernel as its callers see it: its C signature is ``params`` then ``dims``
-    (int64 extents of the symbolic dims); ``check_overlap`` says whether calls must reject
+    """One compiled kernel as its callers see it: its C (or PTX) signature is the buffer
+    ``params``, then ``dims`` (int64 extents of the symbolic dims), then the scalar ``params``
+    that name no dim, by value; ``check_overlap`` says whether calls must reject
     outputs that overlap other arguments (the kernel promised LLVM they do not)."""
 
     name: str

@@ -13,8 +13,10 @@ Pieces:
   tensors) as plain data; ``plan.launcher(mod)`` is what built (`GpuFunction`) and loaded
   (`tecomp.runtime.loader`) functions call, through `call_or_explain`.
 * `CudaKernel`: one ``.entry`` with tecomp's calling convention, the CPU kernels' one: the
-  device pointers of the buffers in parameter order, then the symbolic dims as int64 (the
-  kernel reads pointers as 8-byte ``.u64`` params and dims as ``.s64``/``.u64``). Arguments
+  device pointers of the buffers in parameter order, then the symbolic dims as int64, then
+  the scalar parameters (``te.var`` arguments that are no dim) by value in their own C type
+  (the kernel reads pointers as 8-byte ``.u64`` params, dims as ``.s64``/``.u64``, a float32
+  scalar as ``.f32``; `pack_params` builds the kernelParams array). Arguments
   go through `tecomp.runtime.args.ArgChecker`, so a GPU call checks count, dtype, rank,
   shape, contiguity, read-only outputs and overlap with the same error texts as a CPU call.
   The launch shape comes from ``launch``: ``{"blockIdx.x": "(n + 127) // 128",
@@ -65,15 +67,32 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
 
 import numpy as np
 
 from ..errors import TecompError
-from .args import _SHAPE_EXPR, _SHAPE_NS, ArgChecker, KernelSpec, ParamSpec
+from .args import _SHAPE_EXPR, _SHAPE_NS, ArgChecker, KernelSpec, ParamSpec, scalar_ctype
 from .cpu import BenchmarkResult
+
+# CUDA arrays (__cuda_array_interface__, DLPack) live in their own module; re-exported here
+from .cuda_arrays import (  # noqa: F401
+    KDL_CPU,
+    KDL_CUDA,
+    KDL_CUDA_HOST,
+    KDL_CUDA_MANAGED,
+    DeviceArray,
+    _DLManagedTensor,
+    _DLManagedTensorVersioned,
+    _DLTensor,
+    as_device_array,
+    dlpack_device,
+    from_cuda_array_interface,
+    from_dlpack,
+    from_dlpack_capsule,
+)
 
 EMULATOR_HINT = "to run it without a GPU, use the CPU emulator: f.emulate(*arrays)"
 INSTALL_HINT = ("install NVIDIA's cuda-bindings wheels with pip install 'tecomp[cuda]' "
@@ -340,261 +359,6 @@ def get_device(ordinal: int = 0) -> CudaDevice:
     return dev
 
 
-# arrays -------------------------------------------------------------------------------------
-
-@dataclass
-class DeviceArray:
-    """What a CUDA array argument reduces to: a device pointer and its layout.
-
-    ``stream``: a producer stream to synchronize before using the memory (None: none);
-    ``device``: the device id when the producer says (DLPack), None to ask the driver;
-    ``owner``: what keeps the memory alive during the call (the object, or a DLPack capsule);
-    ``any_device``: pinned host memory, usable from every device (no device check).
-    """
-
-    ptr: int
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    readonly: bool = False
-    stream: int | None = None
-    device: int | None = None
-    owner: object = None
-    source: str = "__cuda_array_interface__"
-    any_device: bool = False
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
-
-    def standin(self) -> np.ndarray:
-        """A numpy array with this dtype/shape whose data pointer is the device pointer, for
-        `ArgChecker` (which reads only metadata and the pointer, never the data)."""
-        ptr = self.ptr
-        if ptr == 0 and self.nbytes == 0:
-            return np.empty(self.shape, self.dtype)
-        return np.asarray(_Interface({"data": (ptr, self.readonly), "shape": self.shape,
-                                      "typestr": self.dtype.str, "version": 3}))
-
-
-class _Interface:
-    def __init__(self, ai: dict[str, Any]) -> None:
-        self.__array_interface__ = ai
-
-
-_DTYPE_KINDS = "biuf"
-
-
-def _parse_dtype(typestr: object) -> np.dtype:
-    if not isinstance(typestr, str):
-        raise TypeError(f"typestr must be a string, got {typestr!r}")
-    try:
-        d = np.dtype(typestr)
-    except TypeError:
-        raise TypeError(f"unknown typestr {typestr!r}") from None
-    if d.kind not in _DTYPE_KINDS or d.fields is not None or d.subdtype is not None:
-        raise TypeError(f"typestr {typestr!r} is not a bool/int/uint/float element type")
-    if not d.isnative:
-        raise TypeError(f"typestr {typestr!r} is byte-swapped; only native byte order is supported")
-    return d
-
-
-def _check_shape(shape: object) -> tuple[int, ...]:
-    if not isinstance(shape, (tuple, list)) or not all(
-            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 0 for s in shape):
-        raise TypeError(f"shape must be a tuple of non-negative ints, got {shape!r}")
-    return tuple(int(s) for s in shape)
-
-
-def _contiguous(shape: tuple[int, ...], strides: Sequence[int], itemsize: int) -> bool:
-    """C-contiguous, strides in bytes; any stride on extent-1 axes; size 0 always is."""
-    if 0 in shape:
-        return True
-    want = itemsize
-    for n, s in zip(reversed(shape), reversed(strides), strict=True):
-        if n != 1 and s != want:
-            return False
-        want *= n
-    return True
-
-
-_NOT_CONTIGUOUS = ("the CUDA array must be C-contiguous (strides {strides} for shape {shape}); "
-                   "make a contiguous copy first (cupy.ascontiguousarray, tensor.contiguous())")
-
-
-def from_cuda_array_interface(obj: object, cai: object | None = None) -> DeviceArray:
-    """Read ``obj.__cuda_array_interface__`` (versions 0-3). TypeError/ValueError say what is
-    wrong without naming the argument (the caller adds that)."""
-    if cai is None:
-        cai = obj.__cuda_array_interface__  # type: ignore[attr-defined]
-    if not isinstance(cai, Mapping):
-        raise TypeError(f"__cuda_array_interface__ must be a dict, got {type(cai).__name__}")
-    version = cai.get("version")
-    if not isinstance(version, int) or not 0 <= version <= 3:
-        raise TypeError(f"__cuda_array_interface__ version {version!r} is not supported (0-3)")
-    shape = _check_shape(cai.get("shape"))
-    dtype = _parse_dtype(cai.get("typestr"))
-    data = cai.get("data")
-    if (not isinstance(data, (tuple, list)) or len(data) != 2
-            or not isinstance(data[0], (int, np.integer)) or data[0] < 0):
-        raise TypeError(f"__cuda_array_interface__ 'data' must be (pointer, read_only), got {data!r}")
-    ptr, readonly = int(data[0]), bool(data[1])
-    if cai.get("mask") is not None:
-        raise TypeError("masked CUDA arrays (__cuda_array_interface__ 'mask') are not supported")
-    strides = cai.get("strides")
-    if strides is not None:
-        if not isinstance(strides, (tuple, list)) or len(strides) != len(shape) or not all(
-                isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in strides):
-            raise TypeError(f"__cuda_array_interface__ 'strides' must be None or {len(shape)} "
-                            f"ints, got {strides!r}")
-        if not _contiguous(shape, strides, dtype.itemsize):
-            raise ValueError(_NOT_CONTIGUOUS.format(strides=tuple(strides), shape=shape))
-    if ptr == 0 and math.prod(shape) != 0:
-        raise ValueError("__cuda_array_interface__ 'data' is a NULL pointer for a non-empty array")
-    stream = cai.get("stream") if version >= 3 else None
-    if stream is not None:
-        if not isinstance(stream, (int, np.integer)) or isinstance(stream, bool):
-            raise TypeError(f"__cuda_array_interface__ 'stream' must be None or an int, got {stream!r}")
-        stream = int(stream)
-        if stream in (0, 1, 2):  # legacy / per-thread default streams: ordered with ours
-            stream = None
-    return DeviceArray(ptr, shape, dtype, readonly, stream, None, obj)
-
-
-# DLPack (https://dmlc.github.io/dlpack/latest/c_api.html) -----------------------------------
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p)]
-
-
-class _DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class _DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
-                ("dl_tensor", _DLTensor)]
-
-
-KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
-_DL_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host", 4: "OpenCL", 7: "Vulkan", 8: "Metal",
-                    9: "VPI", 10: "ROCm", 11: "ROCm host", 12: "ext_dev", 13: "CUDA managed",
-                    14: "oneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA"}
-_DL_CODES = {0: "int", 1: "uint", 2: "float", 6: "bool"}
-_DL_READ_ONLY = 1
-
-_capsule_name = ctypes.pythonapi.PyCapsule_GetName
-_capsule_name.restype, _capsule_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-_capsule_ptr = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_ptr.restype, _capsule_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-
-
-def dlpack_device(obj: object) -> tuple[int, int] | None:
-    """``obj.__dlpack_device__()`` as ints, or None when the object has none."""
-    fn = getattr(obj, "__dlpack_device__", None)
-    if fn is None:
-        return None
-    dev = fn()
-    return int(dev[0]), int(dev[1])
-
-
-def from_dlpack_capsule(capsule: object, owner: object = None) -> DeviceArray:
-    """Read (without consuming) a DLPack capsule of CUDA memory.
-
-    The capsule stays "dltensor"/"dltensor_versioned", so its own destructor frees the tensor
-    once the capsule is dropped; keep it (`DeviceArray.owner`) alive while the memory is used.
-    """
-    name = _capsule_name(capsule)
-    if name == b"dltensor_versioned":
-        mt = _DLManagedTensorVersioned.from_address(_capsule_ptr(capsule, name))
-        if mt.version.major != 1:
-            raise TypeError(f"DLPack version {mt.version.major}.{mt.version.minor} is not "
-                            "supported (1.x)")
-        t, readonly = mt.dl_tensor, bool(mt.flags & _DL_READ_ONLY)
-    elif name == b"dltensor":
-        t, readonly = _DLManagedTensor.from_address(_capsule_ptr(capsule, name)).dl_tensor, False
-    else:
-        raise TypeError(f"__dlpack__ returned a capsule named {name!r}, not a DLPack tensor "
-                        "(was it consumed already?)")
-    dt_, lanes = t.dtype, t.dtype.lanes
-    kind = _DL_CODES.get(dt_.code)
-    if kind is None or lanes != 1 or dt_.bits % 8 or (kind == "bool" and dt_.bits != 8):
-        raise TypeError(f"DLPack dtype (code {dt_.code}, {dt_.bits} bits, {lanes} lanes) is not "
-                        "a bool/int/uint/float scalar type")
-    try:
-        dtype = np.dtype("bool" if kind == "bool" else f"{kind}{dt_.bits}")
-    except TypeError:
-        raise TypeError(f"DLPack dtype {kind}{dt_.bits} is not supported") from None
-    if t.ndim < 0:
-        raise TypeError(f"DLPack ndim {t.ndim} is negative")
-    shape = tuple(int(t.shape[k]) for k in range(t.ndim))
-    if any(s < 0 for s in shape):
-        raise TypeError(f"DLPack shape {shape} has a negative extent")
-    if t.strides:
-        strides = [int(t.strides[k]) * dtype.itemsize for k in range(t.ndim)]
-        if not _contiguous(shape, strides, dtype.itemsize):
-            raise ValueError(_NOT_CONTIGUOUS.format(
-                strides=tuple(s // dtype.itemsize for s in strides), shape=shape)
-                .replace("strides ", "element strides "))
-    ptr = (t.data or 0) + int(t.byte_offset)
-    if ptr == 0 and math.prod(shape) != 0:
-        raise ValueError("DLPack data is a NULL pointer for a non-empty tensor")
-    return DeviceArray(ptr, shape, dtype, readonly, None, int(t.device.device_id),
-                       (capsule, owner), "__dlpack__")
-
-
-def from_dlpack(obj: Any, device: tuple[int, int] | None = None) -> DeviceArray:
-    """Ask ``obj`` for a DLPack capsule on its CUDA device (synchronized to the legacy
-    default stream, on which tecomp launches) and read it."""
-    dev = device if device is not None else dlpack_device(obj)
-    if dev is None or dev[0] not in (KDL_CUDA, KDL_CUDA_MANAGED, KDL_CUDA_HOST):
-        where = _DL_DEVICE_NAMES.get(dev[0], f"device type {dev[0]}") if dev else "unknown"
-        raise TypeError(f"the DLPack tensor is on a {where} device, not a CUDA one")
-    try:
-        capsule = obj.__dlpack__(stream=1, max_version=(1, 0))
-    except TypeError:  # a producer older than DLPack 1.0 (no max_version)
-        capsule = obj.__dlpack__(stream=1)
-    arr = from_dlpack_capsule(capsule, obj)
-    if arr.device != dev[1]:
-        raise ValueError(f"__dlpack__ says device {arr.device}, __dlpack_device__ says {dev[1]}")
-    if dev[0] == KDL_CUDA_HOST:
-        arr.device, arr.any_device = None, True
-    return arr
-
-
-def as_device_array(obj: object) -> DeviceArray | None:
-    """The `DeviceArray` of a CUDA array argument, or None for host arguments (numpy arrays,
-    CPU DLPack tensors) and unknown objects (the checker rejects those)."""
-    if isinstance(obj, np.ndarray):
-        return None
-    try:
-        cai = obj.__cuda_array_interface__  # type: ignore[attr-defined]
-    except AttributeError:  # e.g. torch raises it for CPU tensors
-        cai = None
-    if cai is not None:
-        return from_cuda_array_interface(obj, cai)
-    if hasattr(obj, "__dlpack__"):
-        dev = dlpack_device(obj)
-        if dev is not None and dev[0] != KDL_CPU:
-            return from_dlpack(obj, dev)
-    return None
-
-
 # kernels ------------------------------------------------------------------------------------
 
 def _image_bytes(image: str | bytes | bytearray | memoryview) -> bytes:
@@ -763,8 +527,10 @@ class PreparedCall:
     """Checked arguments of one call, before any driver work.
 
     ``host[i]``: the host array to copy in (None for a device argument); ``device[i]``: the
-    `DeviceArray` used in place (None for a host one); ``dims``: the int64 dim values;
-    ``grid``/``block``/``shared_mem``: the launch shape and dynamic shared memory bytes.
+    `DeviceArray` used in place (None for a host one; both None for a scalar parameter);
+    ``dims``: the int64 dim values; ``grid``/``block``/``shared_mem``: the launch shape and
+    dynamic shared memory bytes; ``scalars``: the value of each scalar parameter by its
+    argument position (checked for its dtype; one that names a dim is also in ``dims``).
     """
 
     host: list[np.ndarray | None]
@@ -773,11 +539,13 @@ class PreparedCall:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_mem: int = 0
+    scalars: dict[int, int | float] = field(default_factory=dict)
 
 
 class CudaKernel:
     """A GPU kernel ``k(*arrays)`` with tecomp's calling convention (buffers, then int64
-    dims), launched with the grid/block that ``launch`` gives for the call's dims."""
+    dims, then scalars by value), launched with the grid/block that ``launch`` gives for the
+    call's dims."""
 
     def __init__(self, module: CudaModule, name: str, params: Sequence[ParamSpec],
                  dims: Sequence[str] = (), launch: Mapping[str, int | str] | None = None,
@@ -802,7 +570,12 @@ class CudaKernel:
         if unknown:
             raise ValueError(f"kernel {name}: unknown launch tags {sorted(unknown)}; expected "
                              f"some of {', '.join(LAUNCH_TAGS)}")
-        self._n_args = len(self.checker.params) + len(self.checker.dim_names)
+        chk = self.checker
+        # the kernel's parameters (tecomp's calling convention, the CPU one): buffer pointers,
+        # the int64 dims, then the scalar parameters that are no dim, by value in their type
+        self._c_scalars = [(i, scalar_ctype(chk.params[i]))
+                           for i, d in chk._scalars.items() if d is None]
+        self._n_args = len(chk._buf_pos) + len(chk.dim_names) + len(self._c_scalars)
         self._smem_optin = 0
 
     @property
@@ -838,9 +611,12 @@ class CudaKernel:
             raise chk._count_error(len(args))
         standins: list[object] = []
         device: list[DeviceArray | None] = []
+        scalar_pos = chk._scalars
         for i, a in enumerate(args):
             info: DeviceArray | None = None
-            if not isinstance(a, np.ndarray):
+            if i in scalar_pos:
+                pass  # a scalar parameter: the checker checks its value
+            elif not isinstance(a, np.ndarray):
                 if not hasattr(a, "__dlpack__") and not hasattr(a, "__cuda_array_interface__"):
                     raise TypeError(
                         f"{chk._who(i)}: expected a numpy array or a CUDA array (an object "
@@ -856,11 +632,17 @@ class CudaKernel:
             device.append(info)
             standins.append(info.standin() if info is not None else a)
         arrays, cargs = chk.convert(standins)
-        host: list[np.ndarray | None] = [None if d is not None else arrays[i]
-                                         for i, d in enumerate(device)]
-        dims = tuple(int(d) for d in cargs[len(arrays):])
+        index = chk._arr_index
+        host: list[np.ndarray | None] = [
+            None if d is not None or i in scalar_pos else arrays[index[i]]
+            for i, d in enumerate(device)]
+        nb = len(arrays)
+        dims = tuple(int(d) for d in cargs[nb:nb + len(chk.dim_names)])
+        by_value = iter(cargs[nb + len(dims):])
+        scalars: dict[int, int | float] = {i: (dims[d] if d is not None else next(by_value))
+                                           for i, d in scalar_pos.items()}
         grid, block = self.launch_dims(dims)
-        return PreparedCall(host, device, dims, grid, block, self.shared_mem)
+        return PreparedCall(host, device, dims, grid, block, self.shared_mem, scalars)
 
     # driver side ---------------------------------------------------------------------------
     def __call__(self, *args: object) -> None:
@@ -1002,7 +784,8 @@ class KernelSequence:
     after the last; device arrays are used in place. The tensors passed from kernel to kernel
     (``intermediates``: dtype and a shape function of the dims) live in device memory
     allocated for the call. ``steps``: each kernel with, per parameter, its index in the
-    arguments followed by the intermediates, and per dim its index in the function's dims.
+    arguments followed by the intermediates (a scalar parameter: the position of the scalar
+    argument giving its value), and per dim its index in the function's dims.
     """
 
     def __init__(self, host: CudaKernel, steps: Sequence[tuple[CudaKernel, Sequence[int], Sequence[int]]],
@@ -1014,8 +797,10 @@ class KernelSequence:
         """The argument checks of a call (no driver needed)."""
         return self.host.prepare(*args)
 
-    def _stage(self, call: PreparedCall, dev: CudaDevice, allocs: list[Any]) -> list[DeviceArray]:
-        """Device memory for every argument (host ones copied in) and every intermediate."""
+    def _stage(self, call: PreparedCall, dev: CudaDevice,
+               allocs: list[Any]) -> list[DeviceArray | None]:
+        """Device memory for every argument (host ones copied in; None for a scalar) and every
+        intermediate."""
         drv = dev.drv
 
         def alloc(nbytes: int, what: str) -> int:
@@ -1025,12 +810,11 @@ class KernelSequence:
             allocs.append(p)
             return int(p)
 
-        arrays: list[DeviceArray] = []
+        arrays: list[DeviceArray | None] = []
         for i, (h, d) in enumerate(zip(call.host, call.device)):
-            if d is not None:
+            if d is not None or h is None:  # in place, or a scalar (passed by value)
                 arrays.append(d)
                 continue
-            assert h is not None
             who = self.host.checker._who(i)
             ptr = alloc(h.nbytes, who)
             if h.nbytes:
@@ -1043,20 +827,23 @@ class KernelSequence:
                                       shape, npd, device=dev.ordinal))
         return arrays
 
-    def _calls(self, call: PreparedCall, arrays: list[DeviceArray]) -> list[tuple[CudaKernel, PreparedCall]]:
+    def _calls(self, call: PreparedCall,
+               arrays: list[DeviceArray | None]) -> list[tuple[CudaKernel, PreparedCall]]:
         out = []
         for kernel, idx, dim_idx in self.steps:
             dims = tuple(call.dims[j] for j in dim_idx)
             grid, block = kernel.launch_dims(dims)
+            scalars = {p: call.scalars[j] for p, j in enumerate(idx) if kernel.params[p].scalar}
             out.append((kernel, PreparedCall([None] * len(idx), [arrays[j] for j in idx], dims, grid,
-                                             block, kernel.shared_mem)))
+                                             block, kernel.shared_mem, scalars)))
         return out
 
-    def _copy_out(self, call: PreparedCall, arrays: list[DeviceArray], drv: Any) -> None:
+    def _copy_out(self, call: PreparedCall, arrays: list[DeviceArray | None], drv: Any) -> None:
         what = f"copying outputs of {self.name} back to the host"
         for i, h in enumerate(call.host):
-            if h is not None and h.nbytes and self.host.params[i].output:
-                _call(drv, "cuMemcpyDtoH", h.ctypes.data, arrays[i].ptr, h.nbytes, what=what)
+            d = arrays[i]
+            if h is not None and d is not None and h.nbytes and self.host.params[i].output:
+                _call(drv, "cuMemcpyDtoH", h.ctypes.data, d.ptr, h.nbytes, what=what)
 
     @staticmethod
     def _free(drv: Any, allocs: list[Any]) -> None:
@@ -1235,6 +1022,22 @@ def _dim3(v: Sequence[int], what: str) -> tuple[int, int, int]:
     return (t + (1, 1))[:3]  # type: ignore[return-value]
 
 
+def pack_params(params: Sequence[tuple[Any, int | float]]) -> tuple[Any, Any]:
+    """``cuLaunchKernel``'s kernelParams for ``(ctypes type, value)`` pairs in the kernel's
+    parameter order: each value stored as its C type at the start of its own zeroed 8-byte
+    slot (the driver reads each parameter's size from the kernel's signature: 4 bytes for a
+    ``.param .f32``, 8 for a pointer), and the array of the slots' addresses. Returns
+    ``(slots, pointers)``; both must stay alive until the launch was issued."""
+    n = len(params)
+    slots = (ctypes.c_uint64 * max(n, 1))()
+    base = ctypes.addressof(slots)
+    for k, (ctype, value) in enumerate(params):
+        if ctypes.sizeof(ctype) > 8:
+            raise TypeError(f"kernel parameter {k}: {ctype.__name__} does not fit an 8-byte slot")
+        ctype.from_address(base + 8 * k).value = value
+    return slots, (ctypes.c_void_p * max(n, 1))(*[base + 8 * k for k in range(n)])
+
+
 class _Bound:
     """Device memory and the kernelParams array of one call (inside an active context)."""
 
@@ -1284,11 +1087,12 @@ class _Bound:
             self.buffers.append(dptr)
             self.ptrs[i] = int(dptr)
             _call(drv, "cuMemcpyHtoD", dptr, h.ctypes.data, h.nbytes, what=what)
-        n = self.kernel._n_args
-        vals = self.ptrs + [d & 0xFFFFFFFFFFFFFFFF for d in self.call.dims]
-        self._values = (ctypes.c_uint64 * max(n, 1))(*vals)
-        base = ctypes.addressof(self._values)
-        self._pointers = (ctypes.c_void_p * max(n, 1))(*[base + 8 * k for k in range(n)])
+        k, call = self.kernel, self.call
+        params = ([(ctypes.c_uint64, self.ptrs[i]) for i in k.checker._buf_pos]
+                  + [(ctypes.c_int64, d) for d in call.dims]
+                  + [(ct, call.scalars[i]) for i, ct in k._c_scalars])
+        assert len(params) == k._n_args
+        self._values, self._pointers = pack_params(params)
 
     @property
     def params_address(self) -> int:
@@ -1313,4 +1117,4 @@ class _Bound:
 __all__ = ["CudaDevice", "CudaError", "CudaKernel", "CudaModule", "CudaUnavailable",
            "DeviceArray", "KernelLaunch", "KernelSequence", "LaunchPlan", "PreparedCall",
            "as_device_array", "call_or_explain", "cuda_available", "from_cuda_array_interface",
-           "from_dlpack", "from_dlpack_capsule", "get_device", "launch_spec_of", "pick_cubin"]
+           "from_dlpack", "from_dlpack_capsule", "get_device", "launch_spec_of", "pack_params", "pick_cubin"]

@@ -732,17 +732,24 @@ def _cuda_comment(entries: Sequence[Mapping[str, Any]], cuda: Mapping[str, Any])
              f"{', '.join(images)}:",
              " * cuModuleLoadData the cubin of the device's arch (else the PTX), then per function",
              " * cuLaunchKernel each kernel in order with kernelParams = device pointers of the",
-             " * listed buffers, then the int64 dims; no dynamic shared memory unless listed."]
+             " * listed buffers, then the int64 dims, then the listed scalars by value (in their",
+             " * C type); no dynamic shared memory unless listed."]
     for e in entries:
         sig = ", ".join(f"{p['dtype']}{_shape_text(p['shape'])} {p['name']}"
-                        + (" (out)" if p["output"] else "") for p in e["params"])
+                        + (" (out)" if p["output"] else "")
+                        if not p.get("scalar") else f"{_C_TYPES[p['dtype']]} {p['name']} (scalar)"
+                        for p in e["params"])
         lines.append(f" * {e['name']}({sig}):")
         if e["intermediates"]:
             lines.append(" *   intermediates (device memory per call): " + ", ".join(
                 f"{p['dtype']}{_shape_text(p['shape'])} {p['name']}" for p in e["intermediates"]))
         slots = [p["name"] for p in e["params"]] + [p["name"] for p in e["intermediates"]]
         for k in e["launches"]:
-            args = [slots[i] for i in k["args"]] + [e["dims"][i] for i in k["dim_args"]]
+            pairs = list(zip(k["params"], k["args"], strict=True))
+            args = ([slots[i] for p, i in pairs if not p.get("scalar")]
+                    + [e["dims"][i] for i in k["dim_args"]]
+                    + [f"{_C_TYPES[p['dtype']]} {slots[i]}" for p, i in pairs
+                       if p.get("scalar") and p["name"] not in k["dims"]])
             lines.append(f" *   {k['kernel']}({', '.join(args)}) grid {_dim3_text(k['grid'])} "
                          f"block {_dim3_text(k['block'])}, {k['shared_bytes']} B static shared"
                          + (f", {k['dynamic_shared_bytes']} B dynamic" if k["dynamic_shared_bytes"]

@@ -70,7 +70,8 @@ def emulate(
     poison: bool = False,
 ) -> None:
     """Run the GPU kernel ``func`` on the CPU, in place on ``arrays`` (one per ``func.params``
-    buffer, in order; symbolic dims are bound from their shapes, as `interp.run` does).
+    buffer, in order; symbolic dims are bound from their shapes, and scalar parameters,
+    ``attrs["scalar_params"]``, take a number at their place, as `interp.run` does).
 
     >>> import numpy as np
     >>> from tecomp.ir import Buffer, BufferLoad, BufferStore, For, ForKind, PrimFunc, Var, const

@@ -75,25 +75,32 @@ class GpuFunction:
         """(buffer, shape) of the global tensors passed between kernels, for these dims."""
         return [(b, self._shape_fn(b)(dims)) for b in self.func.attrs.get("intermediates") or ()]
 
-    def emulate(self, *arrays: np.ndarray, seed: int = 0, race_check: bool = True) -> None:
-        """Run the kernel on the CPU on numpy ``arrays`` (outputs written in place), with GPU
-        semantics, bounds checks and the race detector; ``seed`` shuffles block and thread
-        order (a race-free kernel gives the same result for every seed). A function of several
-        kernels runs them in order, its intermediate tensors in fresh arrays that start as
-        NaN (floats) or a fill pattern (integers), so a read before the write shows."""
+    def emulate(self, *arrays: Any, seed: int = 0, race_check: bool = True) -> None:
+        """Run the kernel on the CPU on numpy ``arrays`` (outputs written in place; a scalar
+        parameter takes a Python or numpy number at its place), with GPU semantics, bounds
+        checks and the race detector; ``seed`` shuffles block and thread order (a race-free
+        kernel gives the same result for every seed). A function of several kernels runs
+        them in order, its intermediate tensors in fresh arrays that start as NaN (floats) or
+        a fill pattern (integers), so a read before the write shows."""
         from .gpu_emulator import emulate
 
-        _, cargs = self.checker.convert(arrays)  # the same checks and messages as a real call
+        bufs, cargs = self.checker.convert(arrays)  # the same checks and messages as a call
         if "kernels" not in self.func.attrs:
             emulate(self.func, *arrays, seed=seed, race_check=race_check)
             return
-        by_data = {b.data: a for b, a in zip(self.func.params, arrays)}
-        for b, shape in self._intermediates(cargs[len(arrays):]):
+        scalar_at = dict(self.func.attrs.get("scalar_params", ()))  # position -> te.var
+        value = {v: arrays[p] for p, v in scalar_at.items()}
+        by_data = {b.data: a for b, a in zip(self.func.params, bufs, strict=True)}
+        nb = len(bufs)
+        for b, shape in self._intermediates(cargs[nb:nb + len(self.func.dim_vars)]):
             npd = np.dtype(dt.to_numpy(b.dtype))
             fill: Any = np.nan if npd.kind == "f" else (True if npd.kind == "b" else 0x5A)
             by_data[b.data] = np.full(shape, fill, npd)
         for k in self.kernels:
-            emulate(k, *[by_data[b.data] for b in k.params], seed=seed, race_check=race_check)
+            kargs: list[Any] = [by_data[b.data] for b in k.params]
+            for p, v in sorted(k.attrs.get("scalar_params", ()), key=lambda x: x[0]):
+                kargs.insert(p, value[v])  # the kernel's own scalar parameters
+            emulate(k, *kargs, seed=seed, race_check=race_check)
 
     @property
     def plan(self) -> LaunchPlan:
@@ -180,12 +187,21 @@ def launch_plan(func: PrimFunc, spec: KernelSpec | None = None) -> LaunchPlan:
 
     spec = spec or KernelSpec.of(func)
     inter = list(func.attrs.get("intermediates") or ())
-    slot = {b.data: i for i, b in enumerate(list(func.params) + inter)}
+    # argument slots: the function's arguments (buffers and scalars, in the caller's order),
+    # then its intermediates; a kernel's scalar parameter takes the slot of its scalar argument
+    buf_args = [i for i, p in enumerate(spec.params) if not p.scalar]
+    slot = {b.data: buf_args[j] for j, b in enumerate(func.params)}
+    slot.update((b.data, len(spec.params) + j) for j, b in enumerate(inter))
+    scalar_slot = {v: p for p, v in func.attrs.get("scalar_params", ())}
     launches = []
     for k in func.attrs.get("kernels") or [func]:
         kspec = spec if k is func else KernelSpec.of(k)
         launch = launch_spec_of(k.attrs.get("launch") or {}, dict(zip(k.dim_vars, kspec.dims)))
-        launches.append(KernelLaunch(kspec, launch, tuple(slot[b.data] for b in k.params),
+        kscalars = dict(k.attrs.get("scalar_params", ()))
+        kbufs = iter(k.params)
+        args = tuple(scalar_slot[kscalars[j]] if p.scalar else slot[next(kbufs).data]
+                     for j, p in enumerate(kspec.params))
+        launches.append(KernelLaunch(kspec, launch, args,
                                      tuple(func.dim_vars.index(v) for v in k.dim_vars)))
     names = dict(zip(func.dim_vars, spec.dims))
     return LaunchPlan(spec, tuple(launches), tuple(

@@ -347,6 +347,11 @@ def _cuda_plan(f: _Fields, k: Any, where: str, spec: KernelSpec) -> LaunchPlan:
             if p.dtype != slots[a].dtype:
                 raise f.error(f"kernel {kname!r}: parameter {p.name} is {p.dtype}, but its "
                               f"argument {slots[a].name} is {slots[a].dtype}")
+            if p.scalar != slots[a].scalar:
+                # a by-value scalar must come from a scalar argument, a pointer from a buffer
+                what = "a scalar" if p.scalar else "a buffer"
+                raise f.error(f"kernel {kname!r}: parameter {p.name} is {what}, but its "
+                              f"argument {slots[a].name} is not")
         ext = []
         for key in ("grid", "block"):
             v = f.get(lk, key, list, w)
