@@ -458,7 +458,9 @@ class Lowering:
                          len(leaves))
         is_reduce = isinstance(self.bodies[st][0], Reduce)
         conds = [simplify(c) for c in b.conds]
-        red_vars = {iv.var for iv in leaves if iv.kind == IterVarKind.REDUCE}
+        # the init skips loops over reduction axes only (TVM's skip_iter): a leaf fusing a
+        # spatial with a reduction axis is looped over, and its bound conditions guard it
+        red_vars = {iv.var for iv in leaves if st.reduce_only(iv)}
         spatial_conds = [c for c in conds if not (free_vars(c) & red_vars)]
         pred = self.store_predicate(st)
         if pred is not None:  # TVM: the predicate guards every store of the stage
@@ -511,7 +513,7 @@ class Lowering:
         b = self.bounds[st]
         body = init
         for iv in reversed(leaves):
-            if iv.kind == IterVarKind.REDUCE:
+            if st.reduce_only(iv):
                 continue
             attr = st.iter_var_attrs.get(iv)
             kind = attr.kind if attr is not None else None

@@ -175,7 +175,10 @@ class Stage:
 
         With no axes (TVM's special case) a new outermost loop of extent 1 named
         ``singleton`` is returned: it iterates once, and can be bound, parallelised or used as
-        a compute_at target like any other leaf.
+        a compute_at target like any other leaf. As in TVM, a spatial and a reduction axis
+        may be fused: the fused loop is a reduction loop (it carries the reduction, so it
+        cannot be vectorized, parallelised or bound), and the reduction's init loops over it
+        too, so every output point it covers is initialised before any is updated.
         """
         self._require_compute("fuse")
         if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
@@ -192,17 +195,43 @@ class Stage:
                     "fuse: axes must be adjacent leaf loops in order, got "
                     + ", ".join(x.name for x in axes)
                 )
-        kinds = {a.kind for a in axes}
-        if len(kinds) > 1:
-            raise self._err("fuse: cannot fuse a reduction axis with a spatial axis")
         cur = axes[0]
         for nxt in axes[1:]:
-            fused = self._new_iv(f"{cur.name}.{nxt.name}.fused", cur.kind)
+            # TVM's Stage::fuse: the fused kind is the larger one (data-parallel < reduce)
+            kind = IterVarKind.REDUCE if IterVarKind.REDUCE in (cur.kind, nxt.kind) else cur.kind
+            fused = self._new_iv(f"{cur.name}.{nxt.name}.fused", kind)
             self.relations.append(FuseRel(cur, nxt, fused))
             pos = self._leaf_index(cur, "fuse")
             self.leaf_iter_vars[pos:pos + 2] = [fused]
             cur = fused
         return cur
+
+    def _root_kinds(self, iv: IterVar) -> frozenset[str]:
+        """The kinds of the root axes ``iv`` iterates, through the split and fuse relations
+        (empty for fuse()'s singleton)."""
+        kinds: dict[IterVar, frozenset[str]] = {}
+
+        def of(x: IterVar) -> frozenset[str]:
+            return kinds.get(x, frozenset({x.kind}))
+
+        for rel in self.relations:
+            if isinstance(rel, SplitRel):
+                kinds[rel.outer] = kinds[rel.inner] = of(rel.parent)
+            elif isinstance(rel, FuseRel):
+                kinds[rel.fused] = of(rel.outer) | of(rel.inner)
+            else:
+                kinds[rel.iv] = frozenset()
+        return of(iv)
+
+    def reduce_only(self, iv: IterVar) -> bool:
+        """Whether ``iv`` iterates reduction axes only; a reduction's init loops over every
+        other leaf (a spatial one, or one fusing spatial and reduction axes)."""
+        return iv.kind == IterVarKind.REDUCE and IterVarKind.DATA_PAR not in self._root_kinds(iv)
+
+    def fuses_spatial_and_reduce(self, iv: IterVar) -> bool:
+        """Whether ``iv`` came from fusing a spatial with a reduction axis (or splitting such)."""
+        kinds = self._root_kinds(iv)
+        return IterVarKind.DATA_PAR in kinds and IterVarKind.REDUCE in kinds
 
     def reorder(self, *axes: IterVar) -> None:
         """Put ``axes`` in this order, in the positions they occupy among the leaves.
@@ -259,6 +288,11 @@ class Stage:
         self._leaf_index(iv, "bind")
         if not isinstance(thread, IterVar) or thread.kind != IterVarKind.THREAD:
             raise self._err(f"bind: expected te.thread_axis(...), got {thread!r}")
+        if self.fuses_spatial_and_reduce(iv):
+            # each output point would be reduced by several threads or blocks at once
+            raise self._err(f"bind: axis '{iv.name}' fuses spatial and reduction axes, so it "
+                            "carries the reduction; bind a purely spatial axis (fuse the "
+                            "spatial axes alone), or rfactor the reduction first")
         self._attr(iv).bind_thread = thread
 
     def tensorize(self, iv: IterVar, intrin: Any) -> None:
@@ -515,6 +549,11 @@ class Schedule:
         """
         from .rfactor import rfactor as _rfactor
 
+        st = self[tensor]
+        mixed = [iv.name for iv in st.leaf_iter_vars if st.fuses_spatial_and_reduce(iv)]
+        if mixed:
+            raise st._err(f"rfactor: axis '{mixed[0]}' fuses spatial and reduction axes; "
+                          "rfactor needs the reduction axes apart (rfactor before fusing)")
         return _rfactor(self, tensor, axis, factor_axis)
 
     def _replace_op(self, st: Stage, new_op: ComputeOp, keep_axes: bool) -> None:
