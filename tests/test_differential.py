@@ -148,7 +148,7 @@ TE = dict(
     exp=lambda x: te.exp(te.min(x, 3.0)), tanh=te.tanh, sigmoid=te.sigmoid,
     sqrt=lambda x: te.sqrt(te.abs(x)), sqrtp=lambda x: te.sqrt(te.abs(x) + 0.25),
     add=lambda a, b: a + b, sub=lambda a, b: a - b, mul=lambda a, b: a * b, max=te.max, min=te.min,
-    tdiv=lambda x, c: x / c, fdiv=lambda x, c: x / c, floordiv=lambda x, c: x // c, mod=lambda x, c: x % c,
+    tdiv=te.truncdiv, fdiv=lambda x, c: x / c, floordiv=lambda x, c: x // c, mod=lambda x, c: x % c,
     truncmod=te.truncmod, ceildiv=te.ceildiv, band=lambda x, c: x & c, bxor=lambda x, c: x ^ c,
     shr=lambda x, c: x >> c, shl=lambda x, c: x << c,
 )
@@ -166,7 +166,7 @@ TXT.update(
     neg=lambda x: Src(f"(-{x})"), exp=lambda x: Src(f"te.exp(te.min({x}, 3.0))"),
     sqrt=lambda x: Src(f"te.sqrt(te.abs({x}))"), sqrtp=lambda x: Src(f"te.sqrt(te.abs({x}) + 0.25)"),
     add=Src.__add__, sub=lambda a, b: Src(f"({a} - {b})"), mul=Src.__mul__,
-    tdiv=Src.__truediv__, fdiv=Src.__truediv__, floordiv=Src.__floordiv__, mod=Src.__mod__,
+    tdiv=lambda x, c: Src(f"te.truncdiv({x}, {c})"), fdiv=Src.__truediv__, floordiv=Src.__floordiv__, mod=Src.__mod__,
     truncmod=lambda x, c: Src(f"te.truncmod({x}, {c})"), ceildiv=lambda x, c: Src(f"te.ceildiv({x}, {c})"),
     band=lambda x, c: Src(f"({x} & {c})"), bxor=lambda x, c: Src(f"({x} ^ {c})"),
     shr=lambda x, c: Src(f"({x} >> {c})"), shl=lambda x, c: Src(f"({x} << {c})"),

@@ -12,9 +12,10 @@ that says what ``FloorMod`` of a negative number or an ``int8`` overflow means:
 * float -> int casts truncate toward zero and saturate: out of range gives the dtype's
   min/max, NaN gives 0 (``llvm.fptosi.sat``; `float_to_int`).
 
+>>> from tecomp import te
 >>> from tecomp.ir import Var
 >>> x = Var("x")
->>> evaluate((x - 7) // 2, {x: 0}), evaluate((x - 7) / 2, {x: 0})
+>>> evaluate((x - 7) // 2, {x: 0}), evaluate(te.truncdiv(x - 7, 2), {x: 0})
 (-4, -3)
 """
 

@@ -52,9 +52,11 @@ class Expr:
         return binop(Mul, o, self)
 
     def __truediv__(self, o: ExprLike) -> Expr:
+        _check_true_div(self, o)
         return binop(Div, self, o)
 
     def __rtruediv__(self, o: ExprLike) -> Expr:
+        _check_true_div(o, self)
         return binop(Div, o, self)
 
     def __floordiv__(self, o: ExprLike) -> Expr:
@@ -503,6 +505,40 @@ def promote(a: Expr, b: Expr) -> tuple[Expr, Expr]:
     if dt.is_half(a.dtype) and dt.is_half(b.dtype):  # float16 with bfloat16: neither holds
         target = dt.with_lanes("float32", dt.lanes(a.dtype))  # the other (as in ml_dtypes)
     return (a if a.dtype == target else Cast(target, a)), (b if b.dtype == target else Cast(target, b))
+
+
+DIV_AMBIGUITY = (
+    "TVM supports multiple types of integer divisions, please call div, indexdiv/indexmod, "
+    "floordiv/floormod or truncdiv/truncmod directly to avoid ambiguity in the code.")
+
+
+class DivisionAmbiguityError(TecompError, RuntimeError):
+    """``/`` of two integer operands (TVM raises a RuntimeError there, hence the base)."""
+
+
+def _signed_int_like(v: object) -> bool:
+    """A Python int or a signed-integer expression: the operands whose ``/`` TVM calls
+    ambiguous (for unsigned ones truncating and flooring agree)."""
+    if isinstance(v, Expr):
+        return dt.is_int(v.dtype) and not dt.is_uint(v.dtype)
+    if hasattr(v, "as_expr"):  # IterVar, rank-0 Tensor
+        return _signed_int_like(v.as_expr())
+    if type(v).__module__ == "numpy":
+        import numpy as np
+
+        return isinstance(v, np.signedinteger)
+    return isinstance(v, int)
+
+
+def _check_true_div(a: ExprLike, b: ExprLike) -> None:
+    """TVM's ``PrimExpr.__truediv__``: ``/`` of two integer operands is refused, since it
+    could mean truncating (C) or flooring (Python) division; a float operand divides in
+    float. The error names the operands and the functions to call instead."""
+    if _signed_int_like(a) and _signed_int_like(b):
+        raise DivisionAmbiguityError(
+            f"{DIV_AMBIGUITY} Both operands of {a} / {b} are integers: te.truncdiv rounds "
+            "toward zero (C), te.floordiv (or //) toward minus infinity (Python); cast one "
+            "operand to a float type for a true division")
 
 
 def binop(cls: type[BinaryOp], a: ExprLike, b: ExprLike) -> Expr:

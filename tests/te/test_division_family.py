@@ -290,3 +290,68 @@ def test_bool_operands_are_refused() -> None:
     for name in ("floordiv", "floormod", "div"):
         with pytest.raises(TecompError, match="bool"):
             getattr(te, name)(c, c)
+
+
+# ``/`` on expressions: TVM's PrimExpr.__truediv__ ------------------------------------------------
+
+def _int_operand_pairs() -> list[tuple[str, Callable[[], Any]]]:
+    i, j = te.var("i"), te.var("j", "int64")
+    A = te.placeholder((4,), "int32", name="A")
+    k = te.reduce_axis((0, 4), name="k")
+    return [
+        ("var / var", lambda: i / j), ("var / int", lambda: i / 2), ("int / var", lambda: 7 / i),
+        ("load / load", lambda: A[0] / A[1]), ("load / numpy int", lambda: A[0] / np.int64(3)),
+        ("numpy int / var", lambda: np.int32(3) / i), ("itervar / int", lambda: k / 2),
+        ("int8 / int8", lambda: i.astype("int8") / i.astype("int8")),
+        ("vector / int", lambda: te.var("v", "int32x4") / 2),
+        ("bool-valued int / var", lambda: True / i),  # a Python bool is an int, as in TVM
+    ]
+
+
+@pytest.mark.parametrize("what", [w for w, _ in _int_operand_pairs()])
+def test_true_division_of_two_integers_raises_like_tvm(what: str) -> None:
+    build = dict(_int_operand_pairs())[what]
+    with pytest.raises(RuntimeError, match=r"^TVM supports multiple types of integer divisions, "
+                                           r"please call div, indexdiv/indexmod, floordiv/floormod "
+                                           r"or truncdiv/truncmod directly to avoid ambiguity in "
+                                           r"the code\. Both operands of .* are integers"):
+        build()
+    with pytest.raises(TecompError, match="te.truncdiv rounds toward zero"):
+        build()  # a TecompError too, which names the remedies
+
+
+def test_true_division_with_a_float_operand_divides_in_float() -> None:
+    i = te.var("i")
+    x = te.var("x", "float32")
+    for e, dtype in [(i / 2.0, "float32"), (2.0 / i, "float32"), (x / i, "float32"),
+                     (i / x, "float32"), (i.astype("float64") / 4, "float64"),
+                     (x / np.int32(2), "float32")]:
+        assert isinstance(e, Div) and e.dtype == dtype, e
+    assert evaluate(i / 2.0, {i: -7}) == -3.5
+    assert evaluate(3 / x, {x: np.float32(-2.0)}) == -1.5
+    # unsigned: truncating and flooring agree, so TVM (and tecomp) still divide
+    u = te.var("u", "uint32")
+    assert isinstance(u / 2, Div) and u.dtype == "uint32" and evaluate(u / 2, {u: 7}) == 3
+    # // stays floor division on integers, as TVM defines it
+    assert isinstance(i // 2, FloorDiv) and evaluate(i // 2, {i: -7}) == -4
+
+
+def test_true_division_of_float_tensors_and_rejected_int_compute() -> None:
+    A = te.placeholder((N,), "float32", name="A")
+    B = te.compute((N,), lambda i: A[i] / (i + 1).astype("float32") + A[i] / 4, name="B")
+    f = tc.build(te.create_schedule(B.op), [A, B])
+    a = np.random.default_rng(0).standard_normal(N).astype("float32")
+    b = np.zeros_like(a)
+    f(a, b)
+    idx = np.arange(1, N + 1, dtype="float32")
+    np.testing.assert_allclose(b, a / idx + a / np.float32(4), rtol=1e-6)
+    C = te.placeholder((N,), "int32", name="C")
+    with pytest.raises(RuntimeError, match="truncdiv/truncmod"):
+        te.compute((N,), lambda i: C[i] / 2, name="D")
+    # the explicit spellings of what '/' used to do, built and checked against numpy
+    D = te.compute((N,), lambda i: te.truncdiv(C[i], 3) + te.floordiv(C[i], 3) * 100, name="D")
+    g = tc.build(te.create_schedule(D.op), [C, D])
+    c = np.arange(-N // 2, N // 2, dtype="int32")
+    d = np.zeros_like(c)
+    g(c, d)
+    np.testing.assert_array_equal(d, np.trunc(c / 3).astype("int32") + (c // 3) * 100)

@@ -465,7 +465,7 @@ def test_floordiv_floormod_negative(dtype, vec):
     B = te.placeholder((N,), dtype, name="B")
     D = te.compute((N,), lambda i: tc.indexdiv(A[i], B[i]), name="D")
     M = te.compute((N,), lambda i: tc.indexmod(A[i], B[i]), name="M")
-    T = te.compute((N,), lambda i: A[i] / B[i], name="T")  # truncates, like C
+    T = te.compute((N,), lambda i: tc.truncdiv(A[i], B[i]), name="T")  # truncates, like C
     R = te.compute((N,), lambda i: tc.floordiv(A[i], 7) + tc.floormod(A[i], -3), name="R")
     s = te.create_schedule([D.op, M.op, T.op, R.op])
     if vec:
@@ -491,7 +491,7 @@ def test_int_min_divided_by_minus_one_wraps(dtype):
     B = te.placeholder((4,), dtype, name="B")
     D = te.compute((4,), lambda i: A[i] // B[i], name="D")
     M = te.compute((4,), lambda i: A[i] % B[i], name="M")
-    T = te.compute((4,), lambda i: A[i] / B[i], name="T")
+    T = te.compute((4,), lambda i: tc.truncdiv(A[i], B[i]), name="T")
     s = te.create_schedule([D.op, M.op, T.op])
     f = tc.build(s, [A, B, D, M, T])
     lo = np.iinfo(dtype).min

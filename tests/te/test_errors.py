@@ -472,7 +472,7 @@ def test_integer_division_by_zero_in_data(sched, op):
     n = 37
     A = te.placeholder((n,), "int32", name="A")
     B = te.placeholder((n,), "int32", name="B")
-    fn = {"truediv": lambda x, y: x / y, "floordiv": lambda x, y: x // y, "mod": lambda x, y: x % y}[op]
+    fn = {"truediv": lambda x, y: te.truncdiv(x, y), "floordiv": lambda x, y: x // y, "mod": lambda x, y: x % y}[op]
     C = te.compute((n,), lambda i: fn(A[i], B[i]), name="C")
     s = te.create_schedule(C.op)
     if sched == "vectorize":
