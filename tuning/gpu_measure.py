@@ -108,7 +108,7 @@ def launch_problems(sch: Any, args: Sequence[Any], target: Any) -> list[str]:
             dims = [d.value for d in b.buf_ext if isinstance(d, IntImm)]
             if lw.scopes.get(st) == "shared" and len(dims) == len(b.buf_ext):
                 item = np.dtype(dt.to_numpy(st.op.output(0).dtype)).itemsize
-                smem += math.prod(dims) * item
+                smem += _shared_elements(st, dims) * _slots(st, stages) * item
         threads = math.prod(ext.values())
         for k, axis in enumerate("xyz"):
             n = ext.get(f"threadIdx.{axis}", 1)
@@ -122,6 +122,32 @@ def launch_problems(sch: Any, args: Sequence[Any], target: Any) -> list[str]:
             out.append(f"kernel of {name}: {smem} bytes of shared memory exceed the {lim.static_smem} "
                        f"bytes a kernel may declare statically on {lim.arch}")
     return out
+
+
+def _shared_elements(st: Any, dims: list[int]) -> int:
+    """Elements of one tile of shared stage ``st`` of extents ``dims``, its rows padded as
+    ``storage_align`` pads them (the stride of a dimension rounded up to ``k * factor +
+    offset``, as lowering lays the buffer out)."""
+    align = st.storage_align_ or {}
+    acc = 1  # the stride of dimension d, then the elements of dimensions d..
+    for d in range(len(dims) - 1, -1, -1):
+        if d in align:
+            factor, offset = align[d]
+            acc = max(-(-(acc - offset) // factor) * factor + offset, acc)
+        acc *= dims[d]
+    return acc
+
+
+def _slots(st: Any, stages: Sequence[Any]) -> int:
+    """Tiles of ``st`` that are live at once: a ``pipeline(depth)`` ring holds ``depth`` (the
+    stages pipelined at one loop share the deepest ring asked for there, as
+    passes/inject_software_pipeline.py makes them), ``double_buffer`` two, otherwise one."""
+    depth = getattr(st, "pipeline_depth_", 0)
+    if depth:
+        at = (st.attach_stage, st.attach_ivar)
+        return max(getattr(o, "pipeline_depth_", 0) for o in stages
+                   if getattr(o, "pipeline_depth_", 0) and (o.attach_stage, o.attach_ivar) == at)
+    return 2 if st.double_buffer_ else 1
 
 
 def _launch_of(art: Any) -> dict[str, dict[str, int]]:

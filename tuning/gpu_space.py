@@ -5,25 +5,33 @@ CPU space's machinery (knobs, tile sampling and mutation, crossover) and replace
 
 * every injective stage that is not an output is inlined (a GPU recomputes an exp faster
   than it spills it to global memory, and each root stage would be a kernel of its own);
+* an output that is, by its expression, a GEMM, a batch matmul or an NHWC conv2d with
+  fp16/bf16 inputs and fp32 accumulation gets the tensor-core sketch first, on sm_80+ and
+  where its shapes are whole mma tiles (`tuning.gpu_tensor_core`), then the SIMT ones;
 * a reduction with data reuse (GEMM, conv) gets the multi-level tiling "SSSRRSRS": per
   spatial axis block / virtual thread / thread / two register levels, per reduce axis three
-  levels; the blocks' loops are fused and bound to ``blockIdx.x``, the threads' to
-  ``threadIdx.x``, the virtual threads bound to ``vthread``; the register tile is computed
-  in a ``"local"`` stage (cache_write, or the reduction itself under its elementwise
-  consumer), and in one sketch of two the reduction's inputs are staged in shared memory at
-  the outer reduce loop, fetched cooperatively (fused, split by the block's threads, bound to
-  ``threadIdx.x``, an optional vector width);
+  levels; blocks and threads are two-dimensional as in TVM's GPU recipes (the last axis, a
+  GEMM's N, on ``blockIdx.x`` / ``threadIdx.x``, the others fused on ``.y``: the M tile),
+  or all on ``.x`` for a one-axis stage or more leading blocks than ``blockIdx.y`` counts;
+  the virtual threads are bound to ``vthread``; the register tile is computed in a
+  ``"local"`` stage (cache_write, or the reduction itself under its elementwise consumer),
+  and in one sketch of two the reduction's inputs are staged in shared memory at the outer
+  reduce loop, fetched cooperatively (fused, split by the block's ``threadIdx.y`` and
+  ``threadIdx.x`` extents, an optional vector width);
 * a reduction without reuse (a row sum, softmax's max and sum) either reduces across the
   threads of a block (its reduce axis split and bound to ``threadIdx.x``, one thread
   storing: tecomp lowers it to warp shuffles / shared memory), or gives each thread whole
-  rows;
+  rows; when every such reduction is read only by one injective stage at its leading axes
+  (a row softmax), a first sketch computes them all at that stage's row, a block per row:
+  max, exp-sum and normalisation in one kernel (benchmarks/gpu_softmax.py's schedule);
 * any other stage is fused, split into blocks of threads (with a few serial points per
   thread) and bound.
 
 Knobs: tile sizes, threads per block, vector width of the cooperative fetch, points per
-thread, ``auto_unroll_max_step``. Fresh samples respect the target's thread limit (a few
-redraws); candidates that still exceed a limit (by mutation, or given explicitly) are built
-and then filtered with a recorded reason (`tuning.gpu_measure`).
+thread, ``auto_unroll_max_step``, and the tensor-core sketches' own. Fresh samples respect
+the target's thread limit (a few redraws); candidates that still exceed a limit (by
+mutation, or given explicitly) are built and then filtered with a recorded reason
+(`tuning.gpu_measure`).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +48,17 @@ from tecomp.codegen.target import Target
 from tecomp.lowering.inline import effective_bodies
 from tecomp.te.tensor import ComputeOp, IterVar
 
+from .gpu_tensor_core import (
+    TC_MIN_ARCH,
+    TensorCoreStep,
+    schedule_tensor_core_gemm,
+    tc_build,
+    tc_config_problems,
+    tc_conv_operands,
+    tc_gemm_operands,
+    tc_shared_bytes,
+    tensor_core_gemm_schedule,
+)
 from .space import (
     MAX_SKETCHES,
     SearchSpace,
@@ -50,6 +69,7 @@ from .space import (
     _fusible_consumer,
     _has_reuse,
     _Mutate,
+    _scan,
     register_space,
 )
 from .steps import (
@@ -63,7 +83,6 @@ from .steps import (
     PragmaStep,
     SplitStep,
     State,
-    Step,
     StorePredicateStep,
 )
 from .task import SearchTask
@@ -92,9 +111,47 @@ class GpuSketch(Sketch):
                 how = "+cache_write" if p.cache_write else f"+under {p.consumer}" if p.consumer else ""
                 shared = f"+shared({','.join(p.pack)})" if p.pack else ""
                 parts.append(f"{p.stage}:SSSRRSRS{how}{shared}")
+            elif p.kind == "cross_thread" and p.consumer:
+                parts.append(f"{p.stage}:cross_thread@{p.consumer}")
             elif p.kind != "simple":
                 parts.append(f"{p.stage}:{p.kind}")
         return ", ".join(parts) or "simple"
+
+
+def _row_consumer(reductions: Sequence[Any], live: Sequence[Any], bodies: Mapping[Any, list[Any]]) -> str | None:
+    """The one stage under whose rows every reduction of ``reductions`` (all without reuse,
+    say a softmax's max and sum) can be computed, so that they and it make one kernel (a
+    block per row: benchmarks/gpu_softmax.py's one-kernel schedule): an injective stage that
+    reads each of them, directly or through another of them, at its own leading axes, with
+    more axes to spread over the block's threads. None when there is none."""
+    names = {st.op.name for st in reductions}
+    rows = {len(st.op.axis) for st in reductions}
+    if len(rows) != 1 or not next(iter(rows)):
+        return None
+    (r,) = rows
+    found: str | None = None
+    for other in live:
+        op = other.op
+        if op.name in names:
+            continue
+        loads = [ld for ld in _scan(bodies[other]).loads if ld.producer.op.name in names]
+        if not loads:
+            continue
+        if found is not None or op.reduce_axis or len(op.axis) <= r:
+            return None
+        lead = [a.var for a in op.axis[:r]]
+        if any(len(ld.indices) != r or any(i is not v for i, v in zip(ld.indices, lead)) for ld in loads):
+            return None
+        found = op.name
+    if found is None:
+        return None
+    # a reduction read by nothing but the consumer and the other reductions
+    for st in reductions:
+        readers = {o.op.name for o in live
+                   if any(ld.producer.op.name == st.op.name for ld in _scan(bodies[o]).loads)}
+        if not readers <= names | {found}:
+            return None
+    return found
 
 
 def generate_gpu_sketches(task: SearchTask) -> list[Sketch]:
@@ -115,7 +172,8 @@ def generate_gpu_sketches(task: SearchTask) -> list[Sketch]:
         assert isinstance(op, ComputeOp)
         if not op.reduce_axis or op.num_outputs != 1:
             continue
-        if tc_ok and op.name in outputs and tc_gemm_operands(op) is not None:
+        if tc_ok and op.name in outputs and (tc_gemm_operands(op) is not None
+                                             or tc_conv_operands(op) is not None):
             # the tensor-core sketch first, then the SIMT tilings of the same GEMM
             tc_opts = [StagePlan(op.name, "tensor_core")]
         else:
@@ -138,6 +196,17 @@ def generate_gpu_sketches(task: SearchTask) -> list[Sketch]:
                     opts.reverse()
                 options.append(opts)
     sketches: list[Sketch] = [GpuSketch(tuple(combo)) for combo in itertools.product(*options)]
+    # every cross-thread reduction under the rows of its one consumer: one kernel, and the
+    # reductions' results never round-trip through global memory (first: the most promising)
+    shared_rows = [st for st in live if any(p.kind == "cross_thread" and p.stage == st.op.name
+                                            for opts in options for p in opts)]
+    if shared_rows and len(shared_rows) == sum(1 for st in live if isinstance(st.op, ComputeOp)
+                                               and st.op.reduce_axis):
+        consumer = _row_consumer(shared_rows, live, bodies)
+        if consumer is not None:
+            plans = [opts[0] for opts in options if opts[0].kind == "inline"]
+            plans += [StagePlan(st.op.name, "cross_thread", consumer=consumer) for st in shared_rows]
+            sketches.insert(0, GpuSketch((*plans, StagePlan(consumer, "rows"))))
     return sketches[:MAX_SKETCHES]
 
 
@@ -160,7 +229,7 @@ class _GpuBuilder(_Builder):
         for p in self.sketch.plans:
             if p.kind == "tensor_core":
                 before = {st.op.name for st in self.state.sch.stages}
-                _tc_build(self, p.stage)
+                tc_build(self, p.stage)
                 # the step schedules the stages it creates (shared, fragments) as well
                 done.update({st.op.name for st in self.state.sch.stages} - before, {p.stage})
         for p in self.sketch.plans:
@@ -173,6 +242,7 @@ class _GpuBuilder(_Builder):
                 compute, outer = f"{p.stage}.local", p.stage
             tiles[outer] = (compute, p)
             done.add(compute)
+        plans = {p.stage: p for p in self.sketch.plans}
         kinds = {p.stage: p.kind for p in self.sketch.plans}
         # tecomp's cross-thread lowering checks a reduction's threads against the widest
         # threadIdx loop of the whole schedule, not of its own kernel (reported upstream): so
@@ -191,7 +261,10 @@ class _GpuBuilder(_Builder):
                 compute, plan = tiles[name]
                 self._tile(compute, name, plan)
             elif kinds.get(name) == "cross_thread":
-                self._cross_thread(name)
+                self._cross_thread(name, plans[name].consumer)
+            elif kinds.get(name) == "rows":
+                self._rows(name, max(len(self._op(p.stage).axis) for p in self.sketch.plans
+                                     if p.kind == "cross_thread" and p.consumer == name))
             else:
                 self._simple(name)
             done.add(name)
@@ -246,15 +319,36 @@ class _GpuBuilder(_Builder):
         # outer stage: S0 (block) S1 (vthread) S2 (thread) | register tile
         parts = self._split_all(outer, yop.axis, [(f[0], f[1], f[2] * f[3]) for f in s_tiles])
         self._reorder(outer, [p[lvl] for lvl in range(4) for p in parts])
-        if n > 1:
-            self.apply(FuseStep(outer, tuple(range(n))))
-        self.apply(BindStep(outer, 0, "blockIdx.x"))
-        for d in range(n):
-            self.apply(BindStep(outer, 1 + d, "vthread"))
-        if n > 1:
-            self.apply(FuseStep(outer, tuple(range(n + 1, 2 * n + 1))))
-        self.apply(BindStep(outer, n + 1, "threadIdx.x"))
-        self.apply(ComputeAtStep(compute, outer, n + 1))
+        exts = [_extent(a) for a in yop.axis]
+        lead_blocks = math.prod(-(-e // math.prod(f)) for e, f in zip(exts[:-1], s_tiles))
+        if n > 1 and lead_blocks <= self.limits.max_grid_dims[1]:
+            # 2-D blocks and grid as TVM's GPU recipes: the last axis (a GEMM's N, the
+            # contiguous one) on x, the others fused on y (the M tile); threads of a warp then
+            # run along the last axis, so their loads and stores coalesce
+            if n > 2:
+                self.apply(FuseStep(outer, tuple(range(n - 1))))
+            self.apply(BindStep(outer, 0, "blockIdx.y"))
+            self.apply(BindStep(outer, 1, "blockIdx.x"))
+            for d in range(n):
+                self.apply(BindStep(outer, 2 + d, "vthread"))
+            if n > 2:
+                self.apply(FuseStep(outer, tuple(range(n + 2, 2 * n + 1))))
+            self.apply(BindStep(outer, n + 2, "threadIdx.y"))
+            self.apply(BindStep(outer, n + 3, "threadIdx.x"))
+            at = n + 3
+            thread_dims = (math.prod(f[1] for f in s_tiles[:-1]), s_tiles[-1][1])
+        else:  # one axis, or more blocks on the leading axes than blockIdx.y can count
+            if n > 1:
+                self.apply(FuseStep(outer, tuple(range(n))))
+            self.apply(BindStep(outer, 0, "blockIdx.x"))
+            for d in range(n):
+                self.apply(BindStep(outer, 1 + d, "vthread"))
+            if n > 1:
+                self.apply(FuseStep(outer, tuple(range(n + 1, 2 * n + 1))))
+            self.apply(BindStep(outer, n + 1, "threadIdx.x"))
+            at = n + 1
+            thread_dims = (1, threads)
+        self.apply(ComputeAtStep(compute, outer, at))
         # register stage: R0 R1 S3 R2 S4
         sp = self._split_all(compute, cop.axis, [(f[3],) for f in s_tiles])
         rp = self._split_all(compute, cop.reduce_axis, r_tiles)
@@ -264,35 +358,45 @@ class _GpuBuilder(_Builder):
         if rp:
             at = self.state.index(compute, rp[-1][0])
             for name in shared:
-                self._cooperative_fetch(name, compute, at, threads, key)
+                self._cooperative_fetch(name, compute, at, thread_dims, key)
         u = self.choice(f"{key}/unroll", GPU_UNROLL_CHOICES)
         if u:
             self.apply(PragmaStep(compute, 0, "auto_unroll_max_step", u))
 
-    def _cooperative_fetch(self, name: str, compute: str, at: int, threads: int, key: str) -> None:
+    def _cooperative_fetch(self, name: str, compute: str, at: int, threads: tuple[int, int], key: str) -> None:
         """Compute the shared stage at the outer reduce loop; every thread of the block loads
-        a share of it: its axes fused, split by the thread count (and a vector width)."""
+        a share of it: its axes fused, split by the block's ``(threadIdx.y, threadIdx.x)``
+        extents (and a vector width), x innermost so a warp reads consecutive elements."""
         self.apply(ComputeAtStep(name, compute, at))
         leaves = self.state.leaves(name)
         if len(leaves) > 1:
             self.apply(FuseStep(name, tuple(range(len(leaves)))))
         vec = self.choice(f"{key}/fetch_vec_{name.split('.')[0]}", FETCH_VECTOR)
-        factors = (threads, vec) if vec > 1 else (threads,)
+        ty, tx = threads
+        factors = ((ty,) if ty > 1 else ()) + (tx,) + ((vec,) if vec > 1 else ())
         self.apply(SplitStep(name, 0, factors))
-        self.apply(BindStep(name, 1, "threadIdx.x"))
+        if ty > 1:
+            self.apply(BindStep(name, 1, "threadIdx.y"))
+        self.apply(BindStep(name, len(factors) - (vec > 1), "threadIdx.x"))
         if vec > 1:
-            self.apply(AnnotationStep(name, 2, "vectorize"))
+            self.apply(AnnotationStep(name, len(factors), "vectorize"))
 
     # reductions without reuse, everything else ----------------------------------------------
-    def _cross_thread(self, name: str) -> None:
-        op = self.state.stage(name).op
-        assert isinstance(op, ComputeOp)
+    def _cross_thread(self, name: str, consumer: str | None = None) -> None:
+        """The reduce axes split by the block's threads (bound to threadIdx.x, one thread
+        storing); the rows bound to blockIdx.x, or, with a ``consumer``, computed at its row
+        loop (`_rows`): the reduction then runs inside the consumer's kernel."""
+        op = self._op(name)
         n, m = len(op.axis), len(op.reduce_axis)
-        if n > 1:
-            self.apply(FuseStep(name, tuple(range(n))))
-        if n:
-            self.apply(BindStep(name, 0, "blockIdx.x"))
-        lead = 1 if n else 0
+        if consumer is not None:
+            self.apply(ComputeAtStep(name, consumer, 0))
+            lead = n  # the row axes have extent 1 under the consumer's row
+        else:
+            if n > 1:
+                self.apply(FuseStep(name, tuple(range(n))))
+            if n:
+                self.apply(BindStep(name, 0, "blockIdx.x"))
+            lead = 1 if n else 0
         if m > 1:
             self.apply(FuseStep(name, tuple(range(lead, lead + m))))
         assert self.block_threads is not None
@@ -303,6 +407,20 @@ class _GpuBuilder(_Builder):
         u = self.choice(f"{name}/unroll", GPU_UNROLL_CHOICES)
         if u:
             self.apply(PragmaStep(name, lead, "auto_unroll_max_step", u))
+
+    def _rows(self, name: str, rows: int) -> None:
+        """A block per row (the first ``rows`` axes fused, bound to blockIdx.x) whose threads
+        take the rest of the row: consecutive threads, consecutive points (coalesced)."""
+        op = self._op(name)
+        n = len(op.axis)
+        if rows > 1:
+            self.apply(FuseStep(name, tuple(range(rows))))
+        if n - rows > 1:
+            self.apply(FuseStep(name, tuple(range(1, 1 + n - rows))))
+        self.apply(BindStep(name, 0, "blockIdx.x"))
+        assert self.block_threads is not None
+        self.apply(SplitStep(name, 1, (self.block_threads,)))
+        self.apply(BindStep(name, 2, "threadIdx.x"))
 
     def _simple(self, name: str) -> None:
         op = self.state.stage(name).op
@@ -345,256 +463,6 @@ class GpuSearchSpace(SearchSpace):
         return _GpuBuilder(self.task, sketch, params, rng)
 
 
+# the tensor-core names, re-exported: benchmarks and tests import them from here
 __all__ = ["GpuSearchSpace", "GpuSketch", "TensorCoreStep", "generate_gpu_sketches", "schedule_tensor_core_gemm",
-           "tc_gemm_operands", "tc_shared_bytes", "tensor_core_gemm_schedule"]
-
-
-# tensor cores ---------------------------------------------------------------------------------
-#
-# The schedule lives here (not in tecomp: tecomp never imports tuning) so that the benchmark
-# (benchmarks/gpu_gemm.py) and the tuner's tensor-core sketch build the very same kernel.
-
-TC_DTYPES = ("float16", "bfloat16")
-TC_BLOCKS = (16, 32, 64, 128, 256)  # per spatial dimension of the block tile
-TC_WARPS = (1, 2, 4)  # per spatial dimension (threadIdx.y, threadIdx.z)
-TC_KSTEPS = (16, 32, 64)
-TC_DEPTHS = (1, 2, 3, 4)  # 1: loaded synchronously (no pipeline); 2-4: cp.async ring
-TC_PADS = (0, 8)  # elements appended to each shared row (storage_align): 16 bytes
-TC_MIN_ARCH = 80
-TC_VEC = 8  # elements per thread and copy: 16 bytes of fp16/bf16
-TC_KNOBS = ("block_m", "block_n", "warps_m", "warps_n", "kstep", "depth", "pad")
-
-
-def tc_shared_bytes(block: tuple[int, int], kstep: int, depth: int, pad: int, itemsize: int = 2) -> int:
-    """Shared memory of the A and B tiles: ``max(depth, 1)`` slots of ``block_m x (kstep +
-    pad)`` and ``kstep x (block_n + pad)`` elements (what codegen declares, rows padded)."""
-    bm, bn = block
-    return max(depth, 1) * (bm * (kstep + pad) + kstep * (bn + pad)) * itemsize
-
-
-def tc_config_problems(m: int, n: int, k: int, block: tuple[int, int], warps: tuple[int, int],
-                       kstep: int, depth: int, pad: int, smem_limit: int = 48 * 1024) -> list[str]:
-    """Why this configuration does not fit a ``m x n x k`` GEMM (empty: it does): the tiles
-    divide the problem exactly (no tails: tensorized tiles cannot be guarded), each warp's
-    tile is whole 16x16 fragments, every thread copies whole 16-byte vectors of each shared
-    tile, and the ring fits the static shared memory."""
-    bm, bn = block
-    wy, wz = warps
-    out = []
-    if m % bm or n % bn or k % kstep:
-        out.append(f"tiles {bm}x{bn}x{kstep} do not divide {m}x{n}x{k}")
-    if bm % (16 * wy) or bn % (16 * wz) or kstep % 16:
-        out.append(f"warp tiles {bm}/{wy} x {bn}/{wz} (k {kstep}) are not multiples of 16")
-    threads = 32 * wy * wz
-    for rows, cols in ((bm, kstep), (kstep, bn)):
-        if (rows * cols) % (TC_VEC * threads) or cols % TC_VEC:
-            out.append(f"a {rows}x{cols} shared tile is not whole 16-byte copies for {threads} threads")
-    if depth not in TC_DEPTHS or pad not in TC_PADS:
-        out.append(f"depth {depth} / pad {pad} not in {TC_DEPTHS} / {TC_PADS}")
-    smem = tc_shared_bytes(block, kstep, depth, pad)
-    if smem > smem_limit:
-        out.append(f"{smem} bytes of shared memory exceed the {smem_limit} bytes a block may declare")
-    return out
-
-
-def schedule_tensor_core_gemm(s: Any, C: Any, block: tuple[int, int] = (128, 128),
-                              warps: tuple[int, int] = (2, 2), kstep: int = 32, depth: int = 1,
-                              pad: int = 0) -> None:
-    """Schedule ``C[i, j] = sum_k float32(A[i, k]) * float32(B[k, j])`` (A, B float16 or
-    bfloat16 placeholders) in ``s`` on tensor cores (mma.sync.m16n8k16 + ldmatrix, sm_80+).
-
-    A ``block`` tile of C per thread block, ``warps`` warps (threadIdx.y, threadIdx.z) each
-    owning a ``block / warps`` tile held in accumulator fragments; per ``kstep`` slice of k,
-    the block's tiles of A and B are staged in shared memory by all threads (16 bytes per
-    thread and copy), then each warp loads its A (ldmatrix.x4) and B (ldmatrix.x4.trans)
-    fragments 16 deep and issues one mma.m16n8k16 per 16x8 tile of its C tile; the fragments
-    are stored to C directly. threadIdx.x is the lane (32), as the intrinsics require.
-
-    ``depth`` 2-4 software-pipelines the shared tiles (``pipeline(depth)``: a ring of
-    ``depth`` slots filled by 16-byte ``cp.async.cg``, ``depth - 1`` tiles in flight while the
-    warps compute; 1 loads synchronously). ``pad`` (0 or a multiple of 8) pads every shared
-    row by that many elements (``storage_align``): ldmatrix's 8 row addresses then fall in
-    different banks (rows of 64 or 256 bytes would put 2-8 of them in the same bank)."""
-    from tecomp import te
-    from tecomp.te import intrin_cuda as tci
-
-    A, B = C.op.input_tensors
-    dtype = A.dtype
-    AS = s.cache_read(A, "shared", [C])
-    BS = s.cache_read(B, "shared", [C])
-    AF = s.cache_read(AS, tci.MATRIX_A, [C])
-    BF = s.cache_read(BS, tci.MATRIX_B, [C])
-    CF = s.cache_write(C, tci.ACCUMULATOR)
-    bm, bn = block
-    wy, wz = warps
-    wm, wn = bm // wy, bn // wz
-    # the output stage: blocks, warps, then 16x8 tiles stored from the fragments
-    i, j = s[C].op.axis
-    bi, i = s[C].split(i, factor=bm)
-    bj, j = s[C].split(j, factor=bn)
-    wi, i = s[C].split(i, factor=wm)
-    wj, j = s[C].split(j, factor=wn)
-    mi, i16 = s[C].split(i, factor=16)
-    nj, j8 = s[C].split(j, factor=8)
-    s[C].reorder(bi, bj, wi, wj, mi, nj, i16, j8)
-    s[C].bind(bi, te.thread_axis("blockIdx.y"))
-    s[C].bind(bj, te.thread_axis("blockIdx.x"))
-    s[C].bind(wi, te.thread_axis("threadIdx.y"))
-    s[C].bind(wj, te.thread_axis("threadIdx.z"))
-    s[C].unroll(mi)
-    s[C].unroll(nj)
-    s[C].tensorize(i16, tci.store_c())
-    # the warp's accumulators
-    s[CF].compute_at(s[C], wj)
-    ci, cj = s[CF].op.axis
-    (ck,) = s[CF].op.reduce_axis
-    ko, ck = s[CF].split(ck, factor=kstep)
-    ki, k16 = s[CF].split(ck, factor=16)
-    cmi, ci16 = s[CF].split(ci, factor=16)
-    cnj, cj8 = s[CF].split(cj, factor=8)
-    s[CF].reorder(ko, ki, cmi, cnj, ci16, cj8, k16)
-    s[CF].unroll(ki)
-    s[CF].unroll(cmi)
-    s[CF].unroll(cnj)
-    s[CF].tensorize(ci16, tci.mma_sync(dtype))
-    # fragments, 16 deep in k
-    s[AF].compute_at(s[CF], ki)
-    s[BF].compute_at(s[CF], ki)
-    ai, ak = s[AF].op.axis
-    ami, ai16 = s[AF].split(ai, factor=16)
-    s[AF].reorder(ami, ai16, ak)
-    s[AF].unroll(ami)
-    s[AF].tensorize(ai16, tci.ldmatrix_a(dtype))
-    bk, bjj = s[BF].op.axis
-    bnj, bj16 = s[BF].split(bjj, factor=16)
-    s[BF].reorder(bnj, bk, bj16)
-    s[BF].unroll(bnj)
-    s[BF].tensorize(bk, tci.ldmatrix_b(dtype, n=16))
-    # shared tiles: 8 elements (16 bytes) per thread and copy
-    for X, row_len in ((AS, kstep), (BS, bn)):
-        s[X].compute_at(s[CF], ko)
-        row, col = s[X].op.axis
-        if pad:  # rows of row_len + pad elements (row_len is the tile's, not the tensor's)
-            s[X].storage_align(row, row_len, pad)
-        col, vec = s[X].split(col, factor=TC_VEC)  # split before fusing: the 8 stay contiguous
-        fo = s[X].fuse(row, col)
-        fo, tx = s[X].split(fo, factor=32)
-        fo, ty = s[X].split(fo, factor=wy)
-        fo, tz = s[X].split(fo, factor=wz)
-        s[X].reorder(fo, tz, ty, tx, vec)
-        s[X].bind(tx, te.thread_axis("threadIdx.x"))
-        s[X].bind(ty, te.thread_axis("threadIdx.y"))
-        s[X].bind(tz, te.thread_axis("threadIdx.z"))
-        s[X].vectorize(vec)
-        if depth > 1:
-            s[X].pipeline(depth)
-
-
-def tensor_core_gemm_schedule(m: int, n: int, k: int, dtype: str = "float16",
-                              block: tuple[int, int] = (128, 128), warps: tuple[int, int] = (2, 2),
-                              kstep: int = 32, depth: int = 1, pad: int = 0) -> tuple[Any, list]:
-    """``C[m, n] = sum_k float32(A[m, k]) * float32(B[k, n])`` scheduled by
-    `schedule_tensor_core_gemm` (its knobs); returns ``(schedule, [A, B, C])``."""
-    from tecomp import te
-
-    A = te.placeholder((m, k), dtype, name="A")
-    B = te.placeholder((k, n), dtype, name="B")
-    r = te.reduce_axis((0, k), name="k")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r].astype("float32") * B[r, j].astype("float32"),
-                                               axis=r), name="C")
-    s = te.create_schedule(C.op)
-    schedule_tensor_core_gemm(s, C, block, warps, kstep, depth, pad)
-    return s, [A, B, C]
-
-
-def tc_gemm_operands(op: Any) -> tuple[Any, Any, int, int, int] | None:
-    """``(A, B, m, n, k)`` when ``op`` is ``C[i, j] = sum_k float32(A[i, k]) * float32(B[k, j])``
-    with A and B float16 or bfloat16 placeholders of one dtype and m, n, k multiples of 16
-    (exactly: the tensor-core sketch does not pad); else None."""
-    from tecomp.ir.expr import Cast, Mul, ProducerLoad, Reduce, Var
-    from tecomp.te.tensor import PlaceholderOp
-
-    if not isinstance(op, ComputeOp) or len(op.axis) != 2 or len(op.reduce_axis) != 1:
-        return None
-    if op.num_outputs != 1 or op.output(0).dtype != "float32" or len(op.body) != 1:
-        return None
-    red = op.body[0]
-    if not (isinstance(red, Reduce) and getattr(red.combiner, "name", "") == "sum" and len(red.source) == 1):
-        return None
-    mul = red.source[0]
-    if not isinstance(mul, Mul):
-        return None
-    loads = []
-    for e in (mul.a, mul.b):
-        if not (isinstance(e, Cast) and e.dtype == "float32" and isinstance(e.value, ProducerLoad)):
-            return None
-        loads.append(e.value)
-    la, lb = loads
-    i, j = (a.var for a in op.axis)
-    r = op.reduce_axis[0].var
-
-    def is_var(e: Any, v: Any) -> bool:
-        return isinstance(e, Var) and e is v
-
-    A, B = la.producer, lb.producer
-    if not (len(la.indices) == 2 and is_var(la.indices[0], i) and is_var(la.indices[1], r)
-            and len(lb.indices) == 2 and is_var(lb.indices[0], r) and is_var(lb.indices[1], j)):
-        return None
-    if not (isinstance(A.op, PlaceholderOp) and isinstance(B.op, PlaceholderOp)):
-        return None
-    if A.dtype != B.dtype or A.dtype not in TC_DTYPES or list(op.input_tensors) != [A, B]:
-        return None
-    m, n, k = _extent(op.axis[0]), _extent(op.axis[1]), _extent(op.reduce_axis[0])
-    if m % 16 or n % 16 or k % 16:
-        return None
-    return A, B, m, n, k
-
-
-@dataclass(frozen=True)
-class TensorCoreStep(Step):
-    """Schedule stage ``stage`` (a GEMM `tc_gemm_operands` accepts) on tensor cores with
-    `schedule_tensor_core_gemm`: one step, since the schedule's tensorize, storage_align and
-    pipeline have no step of their own; its fields are the knobs."""
-
-    KIND: ClassVar[str] = "tensor_core"
-    block_m: int
-    block_n: int
-    warps_m: int
-    warps_n: int
-    kstep: int
-    depth: int
-    pad: int
-
-    def apply(self, state: State) -> None:
-        C = state.stage(self.stage).op.output(0)
-        schedule_tensor_core_gemm(state.sch, C, (self.block_m, self.block_n), (self.warps_m, self.warps_n),
-                                  self.kstep, self.depth, self.pad)
-
-
-def _tc_threads_fit(bm: int, bn: int, wy: int, wz: int, kstep: int) -> bool:
-    threads = 32 * wy * wz
-    return (bm * kstep) % (TC_VEC * threads) == 0 and (kstep * bn) % (TC_VEC * threads) == 0
-
-
-def _tc_build(b: _GpuBuilder, name: str) -> None:
-    """The knobs of a tensor-core sketch, each drawn from the values that fit the ones drawn
-    before it (a mutated or given value that no longer fits is redrawn), then the step."""
-    ops = tc_gemm_operands(b._op(name))
-    assert ops is not None
-    _, _, m, n, k = ops
-    limit = b.limits.static_smem
-    bm = b.choice(f"{name}/tc_block_m", tuple(x for x in TC_BLOCKS if m % x == 0))
-    bn = b.choice(f"{name}/tc_block_n", tuple(x for x in TC_BLOCKS if n % x == 0))
-    wy = b.choice(f"{name}/tc_warps_m", tuple(w for w in TC_WARPS if bm % (16 * w) == 0))
-
-    def ksteps(wz: int) -> tuple[int, ...]:
-        return tuple(x for x in TC_KSTEPS if k % x == 0 and _tc_threads_fit(bm, bn, wy, wz, x)
-                     and tc_shared_bytes((bm, bn), x, 1, 0) <= limit)
-
-    wz = b.choice(f"{name}/tc_warps_n", tuple(w for w in TC_WARPS if bn % (16 * w) == 0 and ksteps(w)) or (1,))
-    kstep = b.choice(f"{name}/tc_kstep", ksteps(wz) or (16,))
-    depth = b.choice(f"{name}/tc_depth", tuple(d for d in TC_DEPTHS
-                                               if tc_shared_bytes((bm, bn), kstep, d, 0) <= limit) or (1,))
-    pad = b.choice(f"{name}/tc_pad", tuple(p for p in TC_PADS
-                                           if tc_shared_bytes((bm, bn), kstep, depth, p) <= limit) or (0,))
-    b.apply(TensorCoreStep(name, bm, bn, wy, wz, kstep, depth, pad))
+           "tc_config_problems", "tc_gemm_operands", "tc_shared_bytes", "tensor_core_gemm_schedule"]
