@@ -2,8 +2,9 @@
 
 Give it a compute declaration and a target; it derives sketches from the DAG, fills them with
 tile sizes and annotations by an evolutionary search guided by a learned cost model, measures
-candidates in isolated processes (checking each against the default schedule), and logs every
-measurement so a run can be resumed and its best schedule applied later.
+candidates through a `Builder` and a `Runner` (by default in isolated processes on this
+machine, checking each against the default schedule), and logs every measurement with the
+machine that made it, so a run can be resumed and its best schedule applied later.
 
 >>> @tuning.register_workload
 ... def matmul(n, k, m):
@@ -19,7 +20,9 @@ measurement so a run can be resumed and its best schedule applied later.
 """
 
 from .cost_model import CostModel, RandomModel, XGBModel
-from .measure import LocalBuilder, LocalRunner, MeasureErrorNo
+from .machine import Machine
+from .measure import BuildResult, LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult
+from .protocols import Builder, Runner
 from .records import NoValidRecordError, apply_best, best_record, load_model_quality, load_records, load_tasks
 from .scheduler import GradientTaskScheduler
 from .search import SearchOptions
@@ -28,8 +31,9 @@ from .template import ConfigEntity, ConfigSpace, template
 from .tune import AllCandidatesFailedError, TuneResult, tune, tune_report
 
 __all__ = [
-    "AllCandidatesFailedError", "ConfigEntity", "ConfigSpace", "CostModel", "GradientTaskScheduler",
-    "LocalBuilder", "LocalRunner", "MeasureErrorNo", "NoValidRecordError", "RandomModel", "SearchOptions",
+    "AllCandidatesFailedError", "BuildResult", "Builder", "ConfigEntity", "ConfigSpace", "CostModel",
+    "GradientTaskScheduler", "LocalBuilder", "LocalRunner", "Machine", "MeasureErrorNo", "MeasureInput",
+    "MeasureResult", "NoValidRecordError", "Runner", "RandomModel", "SearchOptions",
     "SearchTask", "TuneResult", "TuningError", "XGBModel", "apply_best", "best_record", "load_model_quality",
     "load_records", "load_tasks", "register_workload", "template", "tune", "tune_report",
 ]

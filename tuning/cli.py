@@ -107,7 +107,9 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
     quality: dict[str, list[tuple[float, float]]] = {}
     for q in load_model_quality(ns.log):
         quality.setdefault(q.task_key, []).append((q.pairwise_acc, q.topk_recall))
-    rows = [("task", "target", "records", "valid", "errors", "best ms", "GFLOP/s", "rank acc", "top-k")]
+    labels = _machine_labels(groups)
+    rows = [("task", "target", "records", "valid", "errors", "best ms", "GFLOP/s", "rank acc", "top-k",
+             "measured on")]
     for recs in groups.values():
         r0 = recs[0]
         # one row per candidate, judged on all its timings (as best_record and apply_best)
@@ -123,14 +125,47 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
         acc, topk = (_mean([q[c] for q in quality.get(r0.task_key, [])]) for c in (0, 1))
         rows.append((name, r0.target, str(len(recs)), str(len(valid)),
                      ", ".join(f"{k}={v}" for k, v in sorted(errs.items())) or "-",
-                     f"{best * 1e3:.3f}" if valid else "-", gf, acc, topk))
+                     f"{best * 1e3:.3f}" if valid else "-", gf, acc, topk,
+                     ",".join(sorted({labels[r.machine.id] for r in recs if r.machine is not None})) or "-"))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     for k, row in enumerate(rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         if k == 0:
             print("  ".join("-" * w for w in widths))
+    _print_machines(groups, labels)
     _print_errors(groups)
     return 0
+
+
+def _machine_labels(groups: dict[str, list[Any]]) -> dict[str, str]:
+    """A short label (m1, m2, ...) per measuring machine, in order of first appearance."""
+    labels: dict[str, str] = {}
+    for recs in groups.values():
+        for r in recs:
+            if r.machine is not None and r.machine.id not in labels:
+                labels[r.machine.id] = f"m{len(labels) + 1}"
+    return labels
+
+
+def _print_machines(groups: dict[str, list[Any]], labels: dict[str, str]) -> None:
+    """Which machines measured the records: costs compare only within one machine."""
+    if not labels:
+        return
+    machines: dict[str, tuple[Any, int]] = {}
+    for recs in groups.values():
+        for r in recs:
+            if r.machine is not None:
+                m, n = machines.get(r.machine.id, (r.machine, 0))
+                machines[r.machine.id] = (m, n + 1)
+    print("\nmeasured on:")
+    for mid, label in labels.items():
+        m, n = machines[mid]
+        line = f"  {label}: {m.describe()}; {n} record(s)"
+        if not m.host_id and not m.gpu_name:
+            line += " (a schema-1 record: the CPU of the host that tuned, which may not be the one that measured)"
+        print(line)
+        if m.features:
+            print(f"      features: {m.features}")
 
 
 def _print_errors(groups: dict[str, list[Any]]) -> None:

@@ -453,8 +453,9 @@ Mapper = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
 class FeatureCache:
     """Features by (task, steps), computed once; in parallel when given a ``mapper``.
 
-    ``mapper(fn, jobs)`` runs ``fn(*job)`` for each job, e.g. `LocalBuilder.map`: the build
-    workers idle while the search runs, and lowering is what the search spends its time on.
+    ``mapper(fn, jobs)`` runs ``fn(*job)`` for each job, e.g. `tuning.measure.WorkerPool.map`
+    (`tune` gives the search a pool of its own, apart from the builder's): lowering is what
+    the search spends its time on.
     """
 
     def __init__(self, mapper: Mapper | None = None, n_workers: int = 1,

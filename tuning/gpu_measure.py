@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from .machine import gpu_machine_job
 from .measure import (
     _PREPARED,
     BuildResult,
@@ -318,6 +319,7 @@ class GpuRunner(LocalRunner):
 
     prepare_job = staticmethod(_prepare_job)
     run_job = staticmethod(gpu_run_job)
+    machine_job = staticmethod(gpu_machine_job)  # records name the GPU that measured
 
     def __init__(self, timeout: float = 10.0, number: int = 10, repeat: int = 3,
                  min_repeat_ms: float = 10.0, check: bool = True, rtol: float = 1e-3,

@@ -5,6 +5,10 @@ compiled to an object file (bytes), so the compiler's work is done once and trav
 `LocalRunner` loads each object into an MCJIT engine in a separate measuring process, runs it
 once against the output of the task's *default* schedule (computed once per task in that
 process and cached on disk, so no numpy model of the workload is needed), then times it.
+They are the default implementations of `tuning.protocols.Builder` and `Runner`, which is all
+the tuner knows of them; every result names the machine that measured it, as the measuring
+process reports it (`LocalRunner.machine`, `tuning.machine`). `WorkerPool` is the executor
+under the builder, and separately under the search's feature extraction.
 
 Every failure becomes a `MeasureErrorNo` instead of an exception: a segfault or ``abort`` in a
 kernel kills only the measuring process (RUN_CRASH), a kernel that never returns is killed at
@@ -26,6 +30,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
@@ -37,6 +42,8 @@ import numpy as np
 
 from tecomp.codegen.backend import Artifact
 
+from .machine import Machine, cpu_machine_job
+from .protocols import Builder, Runner
 from .steps import Step, steps_key
 from .task import SearchTask
 
@@ -132,6 +139,9 @@ class MeasureResult(Timed):
     # how ``costs`` were obtained: "" for a real measurement on the target, or a label such
     # as `tuning.gpu_measure.STANDIN_TIMING` for the CI stand-in (never a real measurement)
     timing: str = ""
+    # where it was measured, as the measuring process saw it (None: it never reached a
+    # runner, e.g. a build error, or an old record that did not say)
+    machine: Machine | None = None
 
 
 # worker processes -----------------------------------------------------------------------------
@@ -184,20 +194,33 @@ def _start_without_main(proc: Any) -> None:
     so the child is shown a main module without a file or spec while it is started, which is
     what ``multiprocessing`` sees for ``python -c`` and skips.
     """
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        proc.start()
-    finally:
-        if main is not None:
-            sys.modules["__main__"] = main
+    # one swap at a time: two threads starting workers (a build thread and the search's
+    # feature pool) would otherwise restore each other's stand-in as the real __main__
+    with _MAIN_LOCK:
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            proc.start()
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main
+
+
+_MAIN_LOCK = threading.Lock()
 
 
 class _Worker:
-    """One long-lived worker process; replaced after it dies or is killed at a deadline."""
+    """One long-lived worker process; replaced after it dies or is killed at a deadline.
+
+    Used by one thread at a time, except `stop`, which another thread may call to abandon the
+    job (``reset`` after Ctrl-C): starting and stopping hold a lock, so a process started
+    concurrently is either stopped too or kept, never orphaned, and the thread waiting for the
+    job sees `_Died`.
+    """
 
     def __init__(self, log_path: str) -> None:
         self.log_path = log_path
+        self._lock = threading.RLock()
         self.proc: Any = None
         self.conn: mpc.Connection | None = None
         self.starts = 0
@@ -205,36 +228,44 @@ class _Worker:
         self.log_mark = 0  # size of the log when the current job was sent: its output follows
 
     def ensure(self) -> None:
-        if self.proc is not None and self.proc.is_alive():
-            return
-        self.stop(kill=True)
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child, self.log_path), daemon=True)
-        _start_without_main(self.proc)
-        child.close()
-        self.conn = parent
-        self.memo = set()
-        self.starts += 1
+        with self._lock:
+            if self.proc is not None and self.proc.is_alive():
+                return
+            self.stop(kill=True)
+            ctx = mp.get_context("spawn")
+            parent, child = ctx.Pipe(duplex=True)
+            self.proc = ctx.Process(target=_worker_main, args=(child, self.log_path), daemon=True)
+            _start_without_main(self.proc)
+            child.close()
+            self.conn = parent
+            self.memo = set()
+            self.starts += 1
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        self.ensure()
-        assert self.conn is not None
-        try:
-            self.log_mark = os.path.getsize(self.log_path)
-        except OSError:
-            self.log_mark = 0
-        self.conn.send((fn, args))
+        with self._lock:
+            self.ensure()
+            assert self.conn is not None
+            try:
+                self.log_mark = os.path.getsize(self.log_path)
+            except OSError:
+                self.log_mark = 0
+            self.conn.send((fn, args))
 
     def receive(self, timeout: float | None) -> Any:
         """The job's result; raises TimeoutError (worker killed) or _Died (worker gone)."""
-        assert self.conn is not None
-        if not self.conn.poll(timeout):
+        conn = self.conn
+        if conn is None:
+            raise _Died("the worker was stopped (reset) before it answered")
+        try:
+            ready = conn.poll(timeout)
+        except (OSError, ValueError):  # closed by `stop` on another thread
+            raise _Died("the worker was stopped (reset) before it answered") from None
+        if not ready:
             self.stop(kill=True)
             raise TimeoutError
         try:
-            return self.conn.recv()
-        except (EOFError, OSError):
+            return conn.recv()
+        except (EOFError, OSError, ValueError):
             code = self.proc.exitcode if self.proc is not None else None
             if code is None and self.proc is not None:
                 self.proc.join(1.0)
@@ -243,20 +274,21 @@ class _Worker:
             raise _Died(_describe_exit(code, self.log_path, self.log_mark)) from None
 
     def stop(self, kill: bool = False) -> None:
-        if self.proc is None:
-            return
-        if not kill and self.conn is not None and self.proc.is_alive():
-            try:
-                self.conn.send(None)
+        with self._lock:
+            if self.proc is None:
+                return
+            if not kill and self.conn is not None and self.proc.is_alive():
+                try:
+                    self.conn.send(None)
+                    self.proc.join(2.0)
+                except (OSError, ValueError):
+                    pass
+            if self.proc.is_alive():
+                self.proc.kill()
                 self.proc.join(2.0)
-            except (OSError, ValueError):
-                pass
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(2.0)
-        if self.conn is not None:
-            self.conn.close()
-        self.proc, self.conn = None, None
+            if self.conn is not None:
+                self.conn.close()
+            self.proc, self.conn = None, None
 
 
 def _describe_exit(code: int | None, log_path: str, start: int = 0, max_lines: int = 12) -> str:
@@ -284,15 +316,74 @@ def _describe_exit(code: int | None, log_path: str, start: int = 0, max_lines: i
     return msg
 
 
-class _Pool:
-    """Workers sharing one log directory; the parent decides what runs where."""
+class WorkerPool:
+    """``n_workers`` long-lived worker processes (default: one per core) that run jobs in
+    parallel, each job isolated: the executor of `LocalBuilder` and, separately, of the
+    search's feature extraction (`tuning.features.FeatureCache`), so that a builder that
+    lives elsewhere (another machine) leaves feature extraction here.
 
-    def __init__(self, n: int, prefix: str, workdir: str) -> None:
-        self.workers = [_Worker(os.path.join(workdir, f"{prefix}{k}.log")) for k in range(n)]
+    Workers start on their first job and write their C-level output to logs under
+    ``workdir`` (a temporary directory, removed by `close`, when none is given).
+    """
+
+    def __init__(self, n_workers: int | None = None, timeout: float = 60.0, workdir: str | None = None,
+                 prefix: str = "worker") -> None:
+        n = (os.cpu_count() or 1) if n_workers is None else n_workers
+        if n < 1:
+            raise ValueError(f"WorkerPool: n_workers must be >= 1, got {n_workers}")
+        self.timeout = timeout
+        self._own_dir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix=f"tecomp-{prefix}-")
+        self.workers = [_Worker(os.path.join(self.workdir, f"{prefix}{k}.log")) for k in range(n)]
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.workers)
+
+    def map(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
+            timeout: float | None = None) -> list[Any]:
+        """``[fn(*args) for args in jobs]`` on the workers; a job that fails, crashes or runs
+        past ``timeout`` gives a `_Failure`, `_Died` or `TimeoutError` instance instead."""
+        limit = self.timeout if timeout is None else timeout
+        results: list[Any] = [None] * len(jobs)
+        todo = list(range(len(jobs)))[::-1]
+        running: dict[int, tuple[int, float]] = {}  # worker index -> (job index, deadline)
+        workers = self.workers
+        while todo or running:
+            for w_idx, w in enumerate(workers):
+                if w_idx not in running and todo:
+                    i = todo.pop()
+                    w.submit(fn, *jobs[i])
+                    running[w_idx] = (i, time.monotonic() + limit)
+            # a worker stopped from another thread (reset) has no connection: answered at once
+            conns = {k: workers[k].conn for k in running}
+            live = [c for c in conns.values() if c is not None]
+            wait_for = max(0.0, min(d for _, d in running.values()) - time.monotonic())
+            try:
+                ready = set(mpc.wait(live, timeout=0.0 if len(live) < len(conns) else wait_for))
+            except (OSError, ValueError):  # closed under us by a reset
+                ready = set(live)
+            now = time.monotonic()
+            for k, c in conns.items():
+                i, deadline = running[k]
+                if c is None or c in ready or now >= deadline:
+                    running.pop(k)
+                    try:
+                        results[i] = workers[k].receive(0.0)
+                    except (TimeoutError, _Died) as e:
+                        results[i] = e
+        return results
+
+    def reset(self) -> None:
+        """Kill the workers (and whatever they were doing); they restart on the next job."""
+        for w in self.workers:
+            w.stop(kill=True)
 
     def close(self) -> None:
         for w in self.workers:
             w.stop()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 # building -------------------------------------------------------------------------------------
@@ -322,51 +413,23 @@ def _build_job(task: SearchTask, steps: tuple[Step, ...], name: str) -> BuildRes
 
 
 class LocalBuilder:
-    """Compiles candidates on ``n_workers`` processes (default: one per core).
-
-    Between batches the same processes serve `map`, which the search uses to compute
-    features in parallel.
-    """
+    """Compiles candidates on ``n_workers`` processes of this machine (default: one per core);
+    the default `tuning.protocols.Builder`."""
 
     def __init__(self, n_workers: int | None = None, timeout: float = 60.0,
                  workdir: str | None = None) -> None:
         self.timeout = timeout
-        self._own_dir = workdir is None
-        self.workdir = workdir or tempfile.mkdtemp(prefix="tecomp-build-")
-        self.pool = _Pool(n_workers or os.cpu_count() or 1, "builder", self.workdir)
+        self.pool = WorkerPool(n_workers, timeout, workdir, prefix="builder")
+        self.workdir = self.pool.workdir
 
     @property
     def n_workers(self) -> int:
-        return len(self.pool.workers)
+        return self.pool.n_workers
 
     def map(self, fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]],
             timeout: float | None = None) -> list[Any]:
-        """``[fn(*args) for args in jobs]`` on the workers; a job that fails, crashes or runs
-        past ``timeout`` gives a `_Failure`, `_Died` or `TimeoutError` instance instead."""
-        limit = self.timeout if timeout is None else timeout
-        results: list[Any] = [None] * len(jobs)
-        todo = list(range(len(jobs)))[::-1]
-        running: dict[int, tuple[int, float]] = {}  # worker index -> (job index, deadline)
-        workers = self.pool.workers
-        while todo or running:
-            for w_idx, w in enumerate(workers):
-                if w_idx not in running and todo:
-                    i = todo.pop()
-                    w.submit(fn, *jobs[i])
-                    running[w_idx] = (i, time.monotonic() + limit)
-            conns = {workers[k].conn: k for k in running}
-            wait_for = max(0.0, min(d for _, d in running.values()) - time.monotonic())
-            ready = set(mpc.wait(list(conns), timeout=wait_for))  # type: ignore[arg-type]
-            now = time.monotonic()
-            for c, k in conns.items():
-                i, deadline = running[k]
-                if c in ready or now >= deadline:
-                    running.pop(k)
-                    try:
-                        results[i] = workers[k].receive(0.0)
-                    except (TimeoutError, _Died) as e:
-                        results[i] = e
-        return results
+        """`WorkerPool.map` on the build workers."""
+        return self.pool.map(fn, jobs, timeout)
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
         return self._collect(self.map(_build_job, [(inp.task, inp.steps, "default_function") for inp in inputs]))
@@ -390,13 +453,10 @@ class LocalBuilder:
 
     def reset(self) -> None:
         """Kill the workers (and whatever they were doing); they restart on the next call."""
-        for w in self.pool.workers:
-            w.stop(kill=True)
+        self.pool.reset()
 
     def close(self) -> None:
         self.pool.close()
-        if self._own_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 # running ----------------------------------------------------------------------------------------
@@ -547,7 +607,9 @@ def _run_job(key: str, build: BuildResult, opts: RunOptions) -> tuple[str, tuple
 
 
 class LocalRunner:
-    """Measures compiled candidates one at a time in an isolated, long-lived process.
+    """Measures compiled candidates one at a time in an isolated, long-lived process on this
+    machine; the default `tuning.protocols.Runner` (``capacity`` 1, ``exclusive``: the tuner
+    neither builds nor searches while it measures, which would perturb the timings).
 
     ``timeout`` bounds one candidate (load, check, timing); ``number``/``repeat``/
     ``min_repeat_ms`` are as in ``time_evaluator``; ``flush_cache`` overwrites 64 MB before
@@ -560,6 +622,10 @@ class LocalRunner:
     # name); a runner for another kind of device overrides them
     prepare_job: Callable[..., str] = staticmethod(_prepare_job)
     run_job: Callable[..., tuple[Any, ...]] = staticmethod(_run_job)
+    # what the measuring process reports as its identity (`tuning.machine`)
+    machine_job: Callable[[], Machine] = staticmethod(cpu_machine_job)
+    capacity = 1  # batches measured at once: one process, one candidate at a time
+    exclusive = True  # it measures on the tuner's own machine
 
     def __init__(self, timeout: float = 10.0, number: int = 3, repeat: int = 3,
                  min_repeat_ms: float = 20.0, flush_cache: bool = False, check: bool = True,
@@ -572,6 +638,22 @@ class LocalRunner:
         self._own_dir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="tecomp-run-")
         self.worker = _Worker(os.path.join(self.workdir, "runner.log"))
+        self._machine: Machine | None = None
+
+    @property
+    def machine(self) -> Machine:
+        """The identity of the machine that measures, asked of the measuring process itself
+        (once: a replacement process runs on the same machine)."""
+        if self._machine is None:
+            self.worker.submit(self.machine_job)
+            try:
+                out = self.worker.receive(self.ref_timeout)
+            except (TimeoutError, _Died) as e:
+                raise RuntimeError(f"the measuring process could not say which machine it is: {e}") from None
+            if isinstance(out, _Failure):
+                raise RuntimeError(f"the measuring process could not say which machine it is: {out.message}")
+            self._machine = out
+        return self._machine
 
     def _prepare(self, task: SearchTask) -> str | None:
         """Make the measuring process ready for ``task``; an error message if it cannot."""
@@ -605,9 +687,10 @@ class LocalRunner:
     def _run_one(self, inp: MeasureInput, b: BuildResult) -> MeasureResult:
         if b.error != MeasureErrorNo.NO_ERROR or b.artifact is None:
             return MeasureResult((), b.error, b.error_msg, build_s=b.time_s)
+        machine = self.machine
         problem = self._prepare(inp.task)
         if problem is not None:
-            return MeasureResult((), MeasureErrorNo.UNKNOWN_ERROR, problem, build_s=b.time_s)
+            return MeasureResult((), MeasureErrorNo.UNKNOWN_ERROR, problem, build_s=b.time_s, machine=machine)
         t0 = time.perf_counter()
         self.worker.submit(self.run_job, inp.task.workload_key, b, self.options)
         timing = ""
@@ -623,7 +706,7 @@ class LocalRunner:
         except _Died as e:
             err, costs, msg = MeasureErrorNo.RUN_CRASH, (), str(e)
         return MeasureResult(costs, err, msg, build_s=b.time_s, run_s=time.perf_counter() - t0,
-                             timing=timing if err == MeasureErrorNo.NO_ERROR else "")
+                             timing=timing if err == MeasureErrorNo.NO_ERROR else "", machine=machine)
 
     def reset(self) -> None:
         """Kill the measuring process; a new one starts (and reloads references) when needed."""
@@ -635,7 +718,7 @@ class LocalRunner:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def measure_batch(builder: LocalBuilder, runner: LocalRunner, inputs: Sequence[MeasureInput],
+def measure_batch(builder: Builder, runner: Runner, inputs: Sequence[MeasureInput],
                   callback: Callable[[MeasureInput, MeasureResult], None] | None = None,
                   ) -> tuple[list[MeasureResult], float, float]:
     """Build then run ``inputs``; also returns wall seconds spent building and running.
@@ -651,4 +734,4 @@ def measure_batch(builder: LocalBuilder, runner: LocalRunner, inputs: Sequence[M
 
 
 __all__ = ["ALIGN", "BuildResult", "LocalBuilder", "aligned_empty", "LocalRunner", "MeasureErrorNo", "MeasureInput",
-           "MeasureResult", "RunOptions", "measure_batch"]
+           "MeasureResult", "RunOptions", "WorkerPool", "measure_batch"]

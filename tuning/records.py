@@ -13,7 +13,15 @@ carries the task's computation as data (`tecomp.te.serialize`): with it a log is
 self-sufficient, and `Record.task` rebuilds the task in a process that cannot import the
 function that declared it (a notebook cell, a script, another machine). Logs written before
 task lines existed still load; their tasks are rebuilt by importing the workload by name.
-Readers of measurements skip the other kinds silently.
+Readers of measurements skip the other kinds silently. One ``"machine"`` line per measuring
+machine (`tuning.machine.Machine`: CPU model and LLVM features, or GPU name and compute
+capability, and a host id), written before the first record it measured, is what records
+name in their ``"machine"`` field; `Record.machine` is it.
+
+Schema versions: 2 (this one) adds the machine lines and drops version 1's ``"host_cpu"``
+(the LLVM CPU name of the *tuner's* host, stamped even where another machine measured).
+Version-1 logs still load, resume and warm-start; their records' machine is
+`Machine.legacy` of that CPU name.
 
 >>> rec = best_record("matmul.jsonl", task)       # doctest: +SKIP
 >>> s, args = task.apply_steps(rec.steps)          # doctest: +SKIP
@@ -31,13 +39,22 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from .machine import Machine
 from .measure import MeasureErrorNo, MeasureInput, MeasureResult, Timed
 from .steps import Step, steps_from_json, steps_key, steps_to_json
 from .task import SearchTask, TuningError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# the versions this tecomp reads (see the module docstring for what changed)
+READ_VERSIONS = (1, 2)
 MODEL_QUALITY = "model_quality"
 TASK = "task"
+MACHINE = "machine"
+
+
+def _check_version(d: dict[str, Any]) -> None:
+    if d.get("v") not in READ_VERSIONS:
+        raise ValueError(f"schema version {d.get('v')!r}, this tecomp reads {', '.join(map(str, READ_VERSIONS))}")
 
 
 class NoValidRecordError(TuningError, LookupError):
@@ -66,6 +83,8 @@ class Record(Timed):
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     # the log's "task" line for this record's task (its computation as data), if it has one
     task_line: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    # the machine that measured it (None: the log does not say, e.g. a build error)
+    machine: Machine | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:
@@ -99,7 +118,7 @@ class Record(Timed):
 
     def result(self) -> MeasureResult:
         return MeasureResult(self.costs, self.error, self.error_msg, self.build_s, self.run_s,
-                             self.timestamp, timing=self.timing)
+                             self.timestamp, timing=self.timing, machine=self.machine)
 
 
 def _tuplify(v: Any) -> Any:
@@ -107,15 +126,16 @@ def _tuplify(v: Any) -> Any:
 
 
 def record_to_json(inp: MeasureInput, res: MeasureResult) -> dict[str, Any]:
+    """A measurement line; its machine (if any) is named by `Machine.id`, whose ``"machine"``
+    line `RecordWriter.write` puts in the log first."""
     import tecomp
-    from tecomp.codegen.target import Target
 
     return {
         "v": SCHEMA_VERSION,
         "tecomp": tecomp.__version__,
         "task": inp.task.to_json(),
         "name": inp.task.name,
-        "host_cpu": Target.host().cpu,
+        **({"machine": res.machine.id} if res.machine is not None else {}),
         "sketch": inp.sketch,
         "params": {k: list(v) if isinstance(v, tuple) else v for k, v in inp.params},
         "steps": steps_to_json(inp.steps),
@@ -143,12 +163,29 @@ def task_to_json(task: SearchTask) -> dict[str, Any]:
     return out
 
 
-def record_from_json(d: dict[str, Any], task_line: dict[str, Any] | None = None) -> Record:
-    """Parse one log line (``task_line``: the log's task line for its task, if any); raises
-    ValueError/KeyError on a line this version cannot read."""
-    if d.get("v") != SCHEMA_VERSION:
-        raise ValueError(f"schema version {d.get('v')!r}, this tecomp reads {SCHEMA_VERSION}")
+def machine_to_json(machine: Machine) -> dict[str, Any]:
+    """The ``"machine"`` line of ``machine``: what records measured there refer to."""
+    return {"v": SCHEMA_VERSION, "kind": MACHINE, "id": machine.id, "machine": machine.to_json()}
+
+
+def record_from_json(d: dict[str, Any], task_line: dict[str, Any] | None = None,
+                     machines: dict[str, Machine] | None = None) -> Record:
+    """Parse one log line (``task_line``: the log's task line for its task, if any;
+    ``machines``: the log's machines by id); raises ValueError/KeyError on a line this
+    version cannot read."""
+    _check_version(d)
     t = d["task"]
+    machine: Machine | None = None
+    if d["v"] == 1:
+        # version 1 only knew the tuner's LLVM CPU name
+        machine = Machine.legacy(d["host_cpu"]) if d.get("host_cpu") else None
+    elif d.get("machine") is not None:
+        mid = d["machine"]
+        if not isinstance(mid, str):
+            raise ValueError(f"the machine of a record is a machine line's id, got {mid!r}")
+        machine = (machines or {}).get(mid)
+        if machine is None:
+            raise ValueError(f"the record names machine {mid!r}, and the log has no machine line with that id")
     params = tuple(sorted((k, _tuplify(v)) for k, v in (d.get("params") or {}).items()))
     return Record(
         task_key=t["key"], workload=t["workload"], args=_tuplify(t["args"]), target=t["target"],
@@ -157,7 +194,7 @@ def record_from_json(d: dict[str, Any], task_line: dict[str, Any] | None = None)
         sketch=d.get("sketch"), params=params, build_s=d.get("build_s", 0.0),
         run_s=d.get("run_s", 0.0), timestamp=d.get("time", 0.0),
         tecomp_version=d.get("tecomp", ""), timing=d.get("timing", ""), extra={"name": d.get("name", "")},
-        task_line=task_line,
+        task_line=task_line, machine=machine,
     )
 
 
@@ -168,8 +205,9 @@ class RecordWriter:
         self.path = path
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)
-        # the tasks whose "task" line the log already holds (written once per task)
+        # the tasks and machines whose lines the log already holds (written once each)
         self._tasks = set(_task_lines(path)) if os.path.exists(path) else set()
+        self._machines = set(_machine_lines(path)) if os.path.exists(path) else set()
         self._f: IO[str] = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - closed in close()
         # a torn last line (killed writer) must not swallow the first new record
         self._f.seek(0, os.SEEK_END)
@@ -187,6 +225,9 @@ class RecordWriter:
 
             check_standin_allowed(f"writing a record timed by {res.timing!r} to {self.path}")
         self.write_task(inp.task)
+        if res.machine is not None and res.machine.id not in self._machines:
+            self._line(machine_to_json(res.machine))
+            self._machines.add(res.machine.id)
         self._line(record_to_json(inp, res))
 
     def write_task(self, task: SearchTask) -> None:
@@ -258,8 +299,32 @@ def _task_lines(path: str, lines: Sequence[str] | None = None) -> dict[str, dict
         warnings.simplefilter("ignore")  # torn lines are reported once, by the record reader
         for _, d in _parse(path, lines, TASK):
             key = (d.get("task") or {}).get("key") if isinstance(d.get("task"), dict) else None
-            if isinstance(key, str) and d.get("v") == SCHEMA_VERSION:
+            if isinstance(key, str) and d.get("v") in READ_VERSIONS:
                 out.setdefault(key, d)
+    return out
+
+
+def _machine_lines(path: str, lines: Sequence[str] | None = None) -> dict[str, Machine]:
+    """The machines of a log's ``"machine"`` lines by id; an unreadable one is skipped with
+    a warning (the records naming it are then reported unreadable too)."""
+    if lines is None:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    out: dict[str, Machine] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torn lines are reported once, by the record reader
+        found = list(_parse(path, lines, MACHINE))
+    for n, d in found:
+        try:
+            _check_version(d)
+            m = Machine.from_json(d["machine"])
+            if m.id != d["id"]:
+                raise ValueError(f"its id {d['id']!r} is not the hash of its fields ({m.id!r})")
+        except (ValueError, KeyError, TypeError) as e:
+            warnings.warn(f"{path}:{n}: skipping unreadable machine line ({type(e).__name__}: {e})",
+                          RuntimeWarning, stacklevel=3)
+            continue
+        out.setdefault(m.id, m)
     return out
 
 
@@ -269,10 +334,11 @@ def iter_records(path: str) -> Iterator[Record]:
     with open(path, encoding="utf-8") as f:
         lines = f.readlines()
     tasks = _task_lines(path, lines)
+    machines = _machine_lines(path, lines)
     for n, d in _parse(path, lines, None):
         try:
             key = d["task"]["key"] if isinstance(d, dict) and isinstance(d.get("task"), dict) else None
-            yield record_from_json(d, tasks.get(key) if isinstance(key, str) else None)
+            yield record_from_json(d, tasks.get(key) if isinstance(key, str) else None, machines)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             warnings.warn(f"{path}:{n}: skipping unreadable record ({type(e).__name__}: {e})",
                           RuntimeWarning, stacklevel=2)
@@ -300,8 +366,7 @@ def load_model_quality(path: str, task: SearchTask | None = None) -> list[ModelQ
     out = []
     for n, d in _lines(path, MODEL_QUALITY):
         try:
-            if d.get("v") != SCHEMA_VERSION:
-                raise ValueError(f"schema version {d.get('v')!r}, this tecomp reads {SCHEMA_VERSION}")
+            _check_version(d)
             q = ModelQuality(
                 str(d["task"]), int(d["trials"]),
                 math.nan if d["pairwise_acc"] is None else float(d["pairwise_acc"]),
@@ -420,6 +485,8 @@ def apply_best(log: str, task: SearchTask | str | None = None) -> tuple[Any, lis
     return tasks[0].apply_best(log)
 
 
-__all__ = ["MODEL_QUALITY", "TASK", "ModelQuality", "NoValidRecordError", "Record", "RecordWriter",
+__all__ = ["MACHINE", "MODEL_QUALITY", "READ_VERSIONS", "TASK", "ModelQuality", "NoValidRecordError", "Record",
+           "RecordWriter",
            "SCHEMA_VERSION", "aggregate", "apply_best", "best_record", "iter_records", "load_model_quality",
-           "load_records", "load_tasks", "record_from_json", "record_to_json", "summarize", "task_to_json"]
+           "load_records", "load_tasks", "machine_to_json", "record_from_json", "record_to_json", "summarize",
+           "task_to_json"]

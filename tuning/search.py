@@ -51,12 +51,16 @@ class EvolutionarySearch:
         self.options = options or SearchOptions()
         self.space = space or task.make_space()
         self.measured: dict[str, float] = {}  # steps key -> mean cost (inf: failed)
+        # proposed and in flight (a runner measuring several batches at once): not proposed
+        # again; the tuner adds a batch's keys when it submits it, `update` removes them
+        self.pending: set[str] = set()
         self._elite_pool: dict[str, tuple[float, Candidate]] = {}
         self._timings: dict[str, list[float]] = {}  # steps key -> every mean measured here
 
     def update(self, candidates: Sequence[Candidate], results: Sequence[MeasureResult]) -> None:
         """Remember measurements (never propose them again; the fastest seed populations)."""
         for c, r in zip(candidates, results):
+            self.pending.discard(c.key)
             cost = r.mean if r.valid else float("inf")
             self.measured[c.key] = cost
             self._timings[c.key] = [cost]
@@ -103,6 +107,10 @@ class EvolutionarySearch:
         if candidate.key not in self._elite_pool and np.isfinite(cost):
             self._elite_pool[candidate.key] = (cost, candidate)
 
+    def _new(self, key: str) -> bool:
+        """Neither measured nor in flight: a candidate worth proposing."""
+        return key not in self.measured and key not in self.pending
+
     def _elites(self) -> list[Candidate]:
         best = sorted(self._elite_pool.values(), key=lambda t: t[0])
         return [c for _, c in best[: self.options.elites]]
@@ -134,7 +142,7 @@ class EvolutionarySearch:
         for gen in range(opt.generations + 1):
             scores = self._score(pop)
             for k, (c, s) in enumerate(zip(pop, scores)):
-                if c.key not in self.measured and np.isfinite(s):
+                if self._new(c.key) and np.isfinite(s):
                     pool[c.key] = (float(s), c)
                     if gen == 0 and k >= len(elites):
                         fresh_scored.append((float(s), c))
@@ -208,7 +216,7 @@ class EvolutionarySearch:
             muts: dict[str, Candidate] = {}
             for _ in range(8 * n_local):
                 m = self.space.mutate(best[0], self.rng)
-                if m is not None and m.key not in self.measured and m.key not in batch:
+                if m is not None and self._new(m.key) and m.key not in batch:
                     muts.setdefault(m.key, m)
             local = list(muts.values())
             if local:  # those that lower
@@ -218,7 +226,7 @@ class EvolutionarySearch:
         for c in self._random(n * 2, tries=n * 8):
             if len(batch) >= n:
                 break
-            if c.key not in self.measured and c.key not in batch:
+            if self._new(c.key) and c.key not in batch:
                 batch[c.key] = c
         return list(batch.values())
 
@@ -238,7 +246,7 @@ class RandomSearch(EvolutionarySearch):
         batch: dict[str, Candidate] = {}
         for _ in range(8):  # a space nearly exhausted gives few new samples per try
             fresh = [c for c in self._random(2 * n, tries=8 * n)
-                     if c.key not in self.measured and c.key not in batch]
+                     if self._new(c.key) and c.key not in batch]
             if fresh:
                 for c, s in zip(fresh, self._score(fresh)):
                     if len(batch) < n and np.isfinite(s):

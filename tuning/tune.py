@@ -21,6 +21,18 @@ the model that chose it: pairwise ranking accuracy and top-k recall are written 
 ``"model_quality"`` lines (`tuning.records.load_model_quality`) and averaged on `TuneResult`.
 `tune_report` tells the throughput and where the time went.
 
+Measurement goes through the `tuning.protocols.Builder`/`Runner` interfaces (any
+implementation; `LocalBuilder`/`LocalRunner` by default). A runner that is ``exclusive``
+(it measures on this machine, as the local one) gets one batch at a time, and the tuner
+searches, builds and measures in turn: the run is deterministic for a given ``seed``
+(same candidates, same order, same records but for their timings). A runner that measures
+elsewhere gets ``capacity`` batches in flight at once, each built and run in a thread of
+its own while the tuner searches the next: every machine stays busy, but which batches the
+model has learnt from when it proposes the next one depends on when measurements finish,
+so such a run is not reproducible candidate for candidate (the log is still complete and
+resumable). Either way every result is logged the moment it exists. Feature extraction for
+the search has its own worker processes (`WorkerPool`), apart from the builder's.
+
 >>> tuning.tune([task], trials=200, log="matmul.jsonl", seed=0)     # doctest: +SKIP
 >>> tuning.tune([conv1, conv2, dense], trials=100, log="net.jsonl",  # doctest: +SKIP
 ...             weights=[4, 2, 1], warm_start=["other_net.jsonl"])
@@ -32,9 +44,11 @@ import math
 import os
 import re
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +56,8 @@ import numpy as np
 
 from .cost_model import CostModel, RandomModel, RankingQuality, XGBModel, ranking_quality
 from .features import FeatureCache
-from .measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult, measure_batch
+from .measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult, WorkerPool
+from .protocols import Builder, ResultCallback, Runner, check_builder, check_runner
 from .records import Record, RecordWriter, load_records
 from .scheduler import GradientTaskScheduler, check_weights
 from .search import EvolutionarySearch, RandomSearch, SearchOptions
@@ -135,8 +150,10 @@ def tune_report(results: Sequence[TuneResult]) -> str:
     Trials per minute count the candidates built and measured by this call over its wall
     time. The time shares are of that wall time: *search* is the Python search (sampling,
     evolution, features, the model's predictions), *model* its training and grading,
-    *build* and *run* the wall time of the compile and measure phases (they do not overlap),
-    *other* the rest (resuming, warm start, logging, the scheduler).
+    *build* and *run* the wall time of the compile and measure phases (in turn with an
+    exclusive runner; with batches in flight they are summed over the batches and overlap
+    the search and each other), *other* the rest (resuming, warm start, logging, the
+    scheduler).
     """
     wall = sum(r.wall_s for r in results)
     new = sum(r.new_trials for r in results)
@@ -170,7 +187,7 @@ def _progress(total: int, initial: int, desc: str, enabled: bool):  # type: igno
 
 def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None, seed: int = 0,
          batch_size: int = 8, cost_model: str | CostModel = "xgb",
-         builder: LocalBuilder | None = None, runner: LocalRunner | None = None,
+         builder: Builder | None = None, runner: Runner | None = None,
          search: SearchOptions | None = None, progress: bool = True,
          weights: Sequence[float] | None = None,
          warm_start: Sequence[str] | str | None = None, remeasure: int = 4) -> list[TuneResult]:
@@ -183,9 +200,11 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     ``cost_model`` is ``"xgb"``, ``"random"`` (random search: fresh samples of the space,
     no evolution -- the baseline) or a `CostModel` (one model for all tasks, steering the
     evolutionary search);
-    ``builder``/``runner`` default to `LocalBuilder()` / `LocalRunner()` (closed at the end
-    when created here). With several tasks the budget is ``trials * len(tasks)`` in all, given
-    out by a gradient task scheduler that minimises ``sum(weights[i] * best_cost[i])``
+    ``builder``/``runner``: any `tuning.protocols.Builder` / `Runner` (module docstring for
+    how a runner's ``capacity`` and ``exclusive`` shape the loop); default `LocalBuilder()` /
+    `LocalRunner()` (closed at the end when created here). With several tasks the budget
+    is ``trials * len(tasks)`` in all, given out by a gradient task scheduler that
+    minimises ``sum(weights[i] * best_cost[i])``
     (``weights``: one float >= 0 per task, default 1.0). ``warm_start``: logs of earlier runs
     (any tasks) that pre-train the cost model; they are read, never written, and their
     records are not trials of this run. ``remeasure``: when the budget is spent, the best
@@ -220,11 +239,17 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
             raise TuningError(f"tune: warm_start log {p!r} does not exist")
     if not isinstance(cost_model, CostModel) and cost_model not in ("xgb", "random"):
         raise TuningError(f"tune: unknown cost_model {cost_model!r} (use 'xgb', 'random' or a CostModel)")
+    if builder is not None:
+        check_builder(builder)
+    if runner is not None:
+        check_runner(runner)
     own_builder, own_runner = builder is None, runner is None
     # the measurers of the tasks' target kind; a cuda task on a machine without a GPU stops
     # here, before anything is searched or logged
     builder, runner = _measurers(tasks, builder, runner)
-    features = FeatureCache(builder.map, builder.n_workers)
+    # the search's own executor: a builder may live on other machines, features are here
+    feature_pool = WorkerPool(prefix="features")
+    features = FeatureCache(feature_pool.map, feature_pool.n_workers)
     writer = RecordWriter(log) if log else None
     # one random stream per task; each stream's first draw seeds a model, as when every task
     # had a model of its own, so a single task's search replays as it always did
@@ -247,14 +272,15 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
             builder.close()
         if own_runner:
             runner.close()
+        feature_pool.close()
     results = [run.result for run in tuner.runs]
     if progress and results:
         print(tune_report(results), file=sys.stderr)
     return results
 
 
-def _measurers(tasks: Sequence[SearchTask], builder: LocalBuilder | None,
-               runner: LocalRunner | None) -> tuple[LocalBuilder, LocalRunner]:
+def _measurers(tasks: Sequence[SearchTask], builder: Builder | None,
+               runner: Runner | None) -> tuple[Builder, Runner]:
     """The builder and runner for ``tasks`` (the given ones, or the defaults of their target
     kind: `GpuBuilder`/`GpuRunner` for cuda); TuningError when they do not fit."""
     from tecomp.codegen.target import Target
@@ -274,7 +300,7 @@ def _measurers(tasks: Sequence[SearchTask], builder: LocalBuilder | None,
                           "(or no runner), not a LocalRunner (which runs CPU code)")
     if builder is None:
         builder = GpuBuilder()
-    elif not isinstance(builder, GpuBuilder):
+    elif type(builder) is LocalBuilder:
         raise TuningError("tune: cuda tasks are built by a tuning.gpu_measure.GpuBuilder (PTX and the "
                           "launch filter), not a LocalBuilder")
     return builder, runner
@@ -312,10 +338,21 @@ class _TaskRun:
         return c if c is not None and c.key == rec.key else None
 
 
+@dataclass
+class _Batch:
+    """A batch of one task on its way through measurement."""
+
+    i: int  # the task's index
+    cands: list[Candidate]
+    ins: list[MeasureInput]
+    scores: np.ndarray | None  # the model's, before measuring (None: not trained yet)
+    seq: int  # submission order
+
+
 class _Tuner:
     """The state of one `tune` call: tasks, the shared model, the scheduler, the bar."""
 
-    def __init__(self, model: CostModel, builder: LocalBuilder, runner: LocalRunner,
+    def __init__(self, model: CostModel, builder: Builder, runner: Runner,
                  writer: RecordWriter | None, log: str | None, seed: int, batch_size: int,
                  options: SearchOptions | None, random_search: bool = False) -> None:
         self.model, self.builder, self.runner = model, builder, runner
@@ -329,6 +366,11 @@ class _Tuner:
         self.shared_model_s = 0.0  # training no round owns (resume, warm start)
         self.sched: GradientTaskScheduler | None = None
         self.bar: Any = None  # tqdm
+        # results arrive on measuring threads when batches are in flight concurrently
+        self._lock = threading.Lock()
+        self._build_lock = threading.Lock()  # a builder need not be thread-safe
+        self.outstanding = 0  # candidates submitted whose result has not come back
+        self.stopping = False  # after an error or Ctrl-C: late results are not logged
 
     # setting up ---------------------------------------------------------------------------------
     def start(self, tasks: Sequence[SearchTask], weights: Sequence[float],
@@ -422,49 +464,135 @@ class _Tuner:
     # the loop -----------------------------------------------------------------------------------
     def loop(self) -> None:
         assert self.sched is not None
+        if not self.runner.exclusive:
+            self._loop_concurrent(self.runner.capacity)
+            return
         while self.done < self.budget:
             i = self.sched.next_task()
             if i is None:  # every search space is exhausted
                 break
-            self._round(i, min(self.batch_size, self.budget - self.done))
+            t_round = time.perf_counter()
+            try:
+                b = self._propose(i, min(self.batch_size, self.budget - self.done))
+                if b is not None:
+                    self._learn(b, *self._measure(b.ins, self._on_result(self.runs[i])))
+            finally:
+                self.runs[i].result.wall_s += time.perf_counter() - t_round
 
-    def _round(self, i: int, n: int) -> None:
+    def _loop_concurrent(self, capacity: int) -> None:
+        """Keep ``capacity`` batches in flight: each is built and run on a thread of its own
+        while this thread searches the next; a finished batch is learnt from at once (in
+        submission order when several finish together)."""
+        assert self.sched is not None
+        inflight: dict[Future[tuple[list[MeasureResult], float, float]], _Batch] = {}
+        pool = ThreadPoolExecutor(capacity, thread_name_prefix="tecomp-measure")
+        exhausted, seq = False, 0
+        try:
+            while True:
+                while not exhausted and len(inflight) < capacity:
+                    left = self.budget - self.done - self.outstanding
+                    if left <= 0:
+                        break
+                    i = self.sched.next_task()
+                    if i is None:
+                        exhausted = True
+                        break
+                    t0 = time.perf_counter()
+                    b = self._propose(i, min(self.batch_size, left), seq)
+                    self.runs[i].result.wall_s += time.perf_counter() - t0
+                    if b is None:
+                        continue
+                    seq += 1
+                    self.runs[i].search.pending.update(c.key for c in b.cands)
+                    with self._lock:
+                        self.outstanding += len(b.ins)
+                    inflight[pool.submit(self._measure, b.ins, self._on_result(self.runs[i]))] = b
+                if not inflight:
+                    break
+                finished, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                for f in sorted(finished, key=lambda f: inflight[f].seq):
+                    b = inflight.pop(f)
+                    res, tb, tr = f.result()  # a runner that raised stops tuning here
+                    t0 = time.perf_counter()
+                    self._learn(b, res, tb, tr)
+                    self.runs[b.i].result.wall_s += time.perf_counter() - t0
+        except BaseException:
+            # abandon what is in flight (Ctrl-C, a hopeless task, a runner that raised):
+            # nothing that finishes from now on is logged as if tuning went on
+            self.stopping = True
+            self.runner.reset()
+            self.builder.reset()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _propose(self, i: int, n: int, seq: int = 0) -> _Batch | None:
+        """The next batch of task ``i``, scored by the model (None: its space is exhausted,
+        and the task is retired)."""
         assert self.sched is not None
         run = self.runs[i]
         out = run.result
-        t_round = time.perf_counter()
-        try:
-            batch: list[Candidate] = []
-            for _ in range(3):  # an empty batch now and then is luck; three in a row, exhaustion
-                t0 = time.perf_counter()
-                batch = run.search.next_batch(n)
-                out.search_s += time.perf_counter() - t0
-                if batch:
-                    break
-            if not batch:
-                self.sched.retire(i)
-                return
-            ins = [MeasureInput.of(run.task, c) for c in batch]
-            scores = None
-            if self.model.trained:
-                # scored before measuring: the batch is held-out data for this model (the
-                # features are cached from the search, so this is cheap)
-                t0 = time.perf_counter()
-                scores = self.model.predict(ins)
-                out.model_s += time.perf_counter() - t0
-            res, tb, tr = measure_batch(self.builder, self.runner, ins, self._on_result(run))
-            out.build_s += tb
-            out.run_s += tr
+        batch: list[Candidate] = []
+        for _ in range(3):  # an empty batch now and then is luck; three in a row, exhaustion
             t0 = time.perf_counter()
-            run.search.update(batch, res)
-            self.model.update(ins, res)
-            if scores is not None:
-                self._grade(run, scores, res)
+            batch = run.search.next_batch(n)
+            out.search_s += time.perf_counter() - t0
+            if batch:
+                break
+        if not batch:
+            self.sched.retire(i)
+            return None
+        ins = [MeasureInput.of(run.task, c) for c in batch]
+        scores = None
+        if self.model.trained:
+            # scored before measuring: the batch is held-out data for this model (the
+            # features are cached from the search, so this is cheap)
+            t0 = time.perf_counter()
+            scores = self.model.predict(ins)
             out.model_s += time.perf_counter() - t0
-            self.sched.observe(i, out.best_cost)
-            self._stop_if_hopeless(run)
-        finally:
-            out.wall_s += time.perf_counter() - t_round
+        return _Batch(i, batch, ins, scores, seq)
+
+    def _measure(self, ins: Sequence[MeasureInput], callback: ResultCallback,
+                 ) -> tuple[list[MeasureResult], float, float]:
+        """Build then run ``ins``; also the wall seconds of each phase. Every result goes
+        through ``callback`` exactly once, also from a runner that never calls it."""
+        reported: set[str] = set()
+
+        def report(inp: MeasureInput, res: MeasureResult) -> None:
+            if inp.key not in reported:
+                reported.add(inp.key)
+                callback(inp, res)
+
+        t0 = time.perf_counter()
+        with self._build_lock:
+            builds = self.builder.build(ins)
+        t1 = time.perf_counter()
+        if len(builds) != len(ins):
+            raise TuningError(f"builder {type(self.builder).__name__} returned {len(builds)} results "
+                              f"for {len(ins)} inputs")
+        results = self.runner.run(ins, builds, report)
+        if len(results) != len(ins):
+            raise TuningError(f"runner {type(self.runner).__name__} returned {len(results)} results "
+                              f"for {len(ins)} inputs")
+        for inp, res in zip(ins, results):
+            report(inp, res)
+        return list(results), t1 - t0, time.perf_counter() - t1
+
+    def _learn(self, b: _Batch, res: Sequence[MeasureResult], build_s: float, run_s: float) -> None:
+        """What a measured batch teaches: the search, the model (graded first), the scheduler."""
+        assert self.sched is not None
+        run = self.runs[b.i]
+        out = run.result
+        out.build_s += build_s
+        out.run_s += run_s
+        t0 = time.perf_counter()
+        run.search.update(b.cands, res)
+        self.model.update(b.ins, res)
+        if b.scores is not None:
+            self._grade(run, b.scores, res)
+        out.model_s += time.perf_counter() - t0
+        self.sched.observe(b.i, out.best_cost)
+        self._stop_if_hopeless(run)
 
     def _stop_if_hopeless(self, run: _TaskRun) -> None:
         """Raise `AllCandidatesFailedError` when the task's first two batches (8 candidates at
@@ -495,8 +623,9 @@ class _Tuner:
             return
 
         def log_only(inp: MeasureInput, res: MeasureResult) -> None:
-            if self.writer is not None:
-                self.writer.write(inp, res)
+            with self._lock:
+                if self.writer is not None and not self.stopping:
+                    self.writer.write(inp, res)
 
         for run in self.runs:
             out = run.result
@@ -509,7 +638,7 @@ class _Tuner:
                 if not best:
                     break
                 ins = [MeasureInput.of(run.task, c) for c in best]
-                res, tb, tr = measure_batch(self.builder, self.runner, ins, log_only)
+                res, tb, tr = self._measure(ins, log_only)
                 out.build_s += tb
                 out.run_s += tr
                 for c, r in zip(best, res):
@@ -526,28 +655,34 @@ class _Tuner:
         if q is None:
             return
         run.result.model_quality.append(q)
-        if self.writer is not None:
-            self.writer.write_model_quality(run.task, run.result.trials, q.pairwise_acc,
-                                            q.topk_recall, q.k, q.n)
+        with self._lock:  # measuring threads may be writing records
+            if self.writer is not None:
+                self.writer.write_model_quality(run.task, run.result.trials, q.pairwise_acc,
+                                                q.topk_recall, q.k, q.n)
 
     def _on_result(self, run: _TaskRun) -> Callable[[MeasureInput, MeasureResult], None]:
         out = run.result
 
         def on_result(inp: MeasureInput, res: MeasureResult) -> None:
-            # called as each measurement completes: log first, so a kill loses nothing
-            if self.writer is not None:
-                self.writer.write(inp, res)
-            out.trials += 1
-            out.new_trials += 1
-            self.done += 1
-            out.errors[res.error.name] = out.errors.get(res.error.name, 0) + 1
-            if res.valid:
-                out.best_cost = min(out.best_cost, res.mean)
-            elif not math.isfinite(out.best_cost):
-                run.failures.append(res)
-            self._postfix()
-            if self.bar is not None:
-                self.bar.update(1)
+            # called as each measurement completes (on a measuring thread when batches are
+            # in flight concurrently): log first, so a kill loses nothing
+            with self._lock:
+                if self.stopping:
+                    return
+                if self.writer is not None:
+                    self.writer.write(inp, res)
+                out.trials += 1
+                out.new_trials += 1
+                self.done += 1
+                self.outstanding = max(0, self.outstanding - 1)
+                out.errors[res.error.name] = out.errors.get(res.error.name, 0) + 1
+                if res.valid:
+                    out.best_cost = min(out.best_cost, res.mean)
+                elif not math.isfinite(out.best_cost):
+                    run.failures.append(res)
+                self._postfix()
+                if self.bar is not None:
+                    self.bar.update(1)
 
         return on_result
 

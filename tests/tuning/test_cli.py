@@ -25,12 +25,22 @@ def test_tune_show_export_load(tmp_path, capsys):
     recs = load_records(str(log))
     lines = [json.loads(ln) for ln in log.read_text().splitlines()]
     assert len({r.key for r in recs}) == 6 and len(recs) == sum("kind" not in d for d in lines)
-    # the computation itself, once, before the first record: the log is self-sufficient
-    assert [d["kind"] for d in lines if "kind" in d] == ["task"] and lines[0]["kind"] == "task"
+    # the computation itself, once, before the first record: the log is self-sufficient;
+    # then the machine that measured, once, before the first record it measured
+    assert [d["kind"] for d in lines if "kind" in d] == ["task", "machine"] and lines[0]["kind"] == "task"
+    assert lines[1]["kind"] == "machine" and lines[2]["machine"] == lines[1]["id"]
     assert 10 <= len(recs) <= 12
     assert main(["show-log", str(log)]) == 0
     out = capsys.readouterr().out
     assert "matmul(32, 48, 64)" in out and "GFLOP/s" in out and "rank acc" in out
+    # where the records were measured: this machine, as its measuring process described it
+    from tuning.machine import local_machine
+
+    here = local_machine()
+    row = next(ln for ln in out.splitlines() if ln.startswith("matmul(32, 48, 64) "))
+    assert row.split()[-1] == "m1"
+    assert f"m1: {here.describe()}; {len(recs)} record(s)" in out
+    assert here.llvm_cpu in out and f"features: {here.features}" in out
     # the best shown is the best candidate judged on all its timings, as apply_best picks it
     from tuning import SearchTask, workloads
     from tuning.records import best_record
@@ -113,3 +123,25 @@ def test_a_task_that_cannot_be_rebuilt_is_skipped_with_its_reason(tmp_path, caps
     a, b, c = np.ones((16, 16), np.float32), np.ones((16, 16), np.float32), np.zeros((16, 16), np.float32)
     lib["matmul_16_16_16"](a, b, c)
     np.testing.assert_allclose(c, a @ b)
+
+
+def test_show_log_names_the_cpu_of_a_schema_1_log(tmp_path, capsys):
+    """A log written before machine lines (schema 1) still shows, with the CPU name it had
+    and a warning that it was the tuning host's, not necessarily the measuring one's."""
+    log = tmp_path / "old.jsonl"
+    assert main(["tune", "matmul", "--args", "16", "16", "16", "--trials", "2", "--remeasure", "0",
+                 "--log", str(log)]) == 0
+    old = []
+    for d in map(json.loads, log.read_text().splitlines()):
+        if d.get("kind") == "machine":
+            continue
+        d["v"] = 1
+        if "kind" not in d:
+            d.pop("machine", None)
+            d["host_cpu"] = "haswell"
+        old.append(json.dumps(d))
+    log.write_text("\n".join(old) + "\n")
+    capsys.readouterr()
+    assert main(["show-log", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "m1: LLVM CPU haswell; 2 record(s) (a schema-1 record: the CPU of the host that tuned" in out

@@ -134,3 +134,36 @@ def test_mixed_failures_do_not_stop_tuning(tmp_path: Path, monkeypatch: pytest.M
     (res,) = tuning.tune([task], trials=12, log=log, batch_size=4, builder=builder, runner=runner,
                          progress=False, remeasure=0)
     assert res.trials == 12 and set(res.errors) == {"WRONG_ANSWER", "SCHEDULE_ERROR"}
+
+
+def test_results_name_the_machine_that_measured(pools: tuple[LocalBuilder, LocalRunner]) -> None:
+    from tuning.machine import local_machine
+
+    builder, runner = pools
+    task = tuning.SearchTask(wl.add_one, (1000,))
+    ok, bad = measure_batch(builder, runner, [MeasureInput(task, GOOD),
+                                              MeasureInput(task, (SplitStep("B", 3, (2,)),))])[0]
+    here = local_machine()
+    # asked of the measuring process itself: the LLVM CPU and features tecomp compiles for
+    assert ok.valid and ok.machine == here == runner.machine
+    assert here.llvm_cpu == tc_host().cpu and here.host_id and here.features.startswith("+")
+    assert bad.error == MeasureErrorNo.SCHEDULE_ERROR and bad.machine is None  # never ran
+
+
+def tc_host():  # type: ignore[no-untyped-def]
+    from tecomp.codegen.target import Target
+
+    return Target.host()
+
+
+def test_worker_pool_runs_jobs_and_rejects_no_workers() -> None:
+    from tuning.measure import WorkerPool
+
+    with pytest.raises(ValueError, match="WorkerPool: n_workers must be >= 1, got 0"):
+        WorkerPool(n_workers=0)
+    pool = WorkerPool(n_workers=2, prefix="test")
+    try:
+        assert pool.map(divmod, [(7, 2), (9, 4), (1, 0)])[:2] == [(3, 1), (2, 1)]
+        assert "ZeroDivisionError" in pool.map(divmod, [(1, 0)])[0].message  # a _Failure, not a raise
+    finally:
+        pool.close()

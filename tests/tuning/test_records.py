@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -149,3 +150,81 @@ def test_apply_best_by_log_and_task_name(tmp_path: Path) -> None:
     s, args = tuning.apply_best(str(log), "matmul(16, 8, 16)")
     assert ", 1, 4)]" in str(tc.lower(s, args))  # BETTER's schedule
     assert [t.name for t in tuning.load_tasks(str(log))] == ["matmul(16, 8, 16)", "matmul(16, 8, 32)"]
+
+
+def test_machines_are_logged_once_and_read_back(tmp_path: Path) -> None:
+    from tuning.machine import Machine
+
+    task = SearchTask(wl.matmul, (16, 8, 16))
+    a = Machine(host="a", host_id="0" * 16, cpu_model="CPU A", llvm_cpu="znver3", features="+avx2,+fma")
+    g = Machine(host="b", host_id="1" * 16, gpu_name="NVIDIA H100", compute_capability="9.0")
+    log = tmp_path / "m.jsonl"
+    _write(log, task, [(GOOD, dataclasses.replace(_ok(2e-3), machine=a)),
+                       (BETTER, dataclasses.replace(_ok(1e-3), machine=g)),
+                       ((), MeasureResult((), MeasureErrorNo.BUILD_ERROR, "no"))])  # never reached a machine
+    _write(log, task, [(GOOD, dataclasses.replace(_ok(3e-3), machine=a))])  # a second writer: no new line
+    lines = [json.loads(ln) for ln in log.read_text().splitlines()]
+    machine_lines = [d for d in lines if d.get("kind") == "machine"]
+    assert [d["id"] for d in machine_lines] == [a.id, g.id] and a.id != g.id
+    assert machine_lines[0]["machine"]["features"] == "+avx2,+fma"
+    recs = load_records(str(log), task)
+    assert [r.machine for r in recs] == [a, g, None, a]
+    assert recs[1].result().machine == g and g.kind == "cuda" and a.kind == "cpu"
+    assert "NVIDIA H100 (compute capability 9.0)" in g.describe()
+    assert a.describe() == "a [00000000] CPU A (znver3)"
+
+
+def test_bad_machine_lines_and_versions_are_named(tmp_path: Path) -> None:
+    from tuning.machine import Machine
+
+    task = SearchTask(wl.matmul, (16, 8, 16))
+    a = Machine(host="a", host_id="0" * 16, llvm_cpu="znver3")
+    log = tmp_path / "m.jsonl"
+    _write(log, task, [(GOOD, dataclasses.replace(_ok(2e-3), machine=a)), (BETTER, _ok(1e-3))])
+    lines = [json.loads(ln) for ln in log.read_text().splitlines()]
+    for d in lines:
+        if d.get("kind") == "machine":
+            d["machine"]["host"] = "tampered"  # its id no longer matches its fields
+    lines.append({**lines[-1], "v": 3})
+    log.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    with pytest.warns(RuntimeWarning) as seen:
+        recs = load_records(str(log), task)
+    msgs = [str(w.message) for w in seen]
+    assert any("skipping unreadable machine line" in m and "is not the hash of its fields" in m for m in msgs)
+    assert any("no machine line with that id" in m for m in msgs)  # the record that named it
+    assert any("schema version 3, this tecomp reads 1, 2" in m for m in msgs)
+    assert [r.steps for r in recs] == [BETTER]
+    with pytest.raises(ValueError, match="unknown machine field"):
+        Machine.from_json({"host": "a", "gpu": "x"})
+    with pytest.raises(ValueError, match=r"machine field\(s\) \['host'\] must be strings"):
+        Machine.from_json({"host": 3})
+    with pytest.raises(ValueError, match="a machine is a JSON object, got list"):
+        Machine.from_json([])
+
+
+def test_a_schema_1_line_loads_and_the_log_takes_new_records(tmp_path: Path) -> None:
+    """A record exactly as tecomp wrote it before machine lines (version 1, the tuner's LLVM
+    CPU in ``host_cpu``) still loads; new records append beside it in version 2."""
+    from tuning.machine import Machine, local_machine
+
+    task = SearchTask(wl.matmul, (16, 8, 16))
+    old = json.dumps({
+        "v": 1, "tecomp": "0.1.0",
+        "task": {"workload": task.to_json()["workload"], "args": [16, 8, 16], "target": "llvm",
+                 "key": task.workload_key},
+        "name": "matmul(16, 8, 16)", "host_cpu": "skylake", "sketch": 0, "params": {"C/vec": 1},
+        "steps": [{"kind": "split", "stage": "C", "axis": 1, "factors": [8]},
+                  {"kind": "annotate", "stage": "C", "axis": 2, "annotation": "vectorize"}],
+        "costs": [0.002], "error": "NO_ERROR", "error_msg": "", "build_s": 0.1, "run_s": 0.2,
+        "time": 1700000000.0}, separators=(",", ":")) + "\n"
+    log = tmp_path / "v1.jsonl"
+    log.write_text(old)
+    (rec,) = load_records(str(log), task)
+    assert rec.steps == GOOD and rec.costs == (0.002,) and rec.params == (("C/vec", 1),)
+    assert rec.machine == Machine.legacy("skylake") == Machine(llvm_cpu="skylake")
+    assert rec.machine.describe() == "LLVM CPU skylake" and rec.result().machine == rec.machine
+    _write(log, task, [(BETTER, dataclasses.replace(_ok(1e-3), machine=local_machine()))])
+    recs = load_records(str(log), task)
+    assert [r.machine for r in recs] == [Machine(llvm_cpu="skylake"), local_machine()]
+    assert best_record(str(log), task).steps == BETTER
+    assert json.loads(log.read_text().splitlines()[-1])["v"] == SCHEMA_VERSION == 2
