@@ -20,6 +20,7 @@ machine that made it, so a run can be resumed and its best schedule applied late
 """
 
 from .cost_model import CostModel, RandomModel, XGBModel
+from .distributed import RayRunner
 from .machine import Machine
 from .measure import BuildResult, LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult
 from .protocols import Builder, Runner
@@ -33,7 +34,7 @@ from .tune import AllCandidatesFailedError, TuneResult, tune, tune_report
 __all__ = [
     "AllCandidatesFailedError", "BuildResult", "Builder", "ConfigEntity", "ConfigSpace", "CostModel",
     "GradientTaskScheduler", "LocalBuilder", "LocalRunner", "Machine", "MeasureErrorNo", "MeasureInput",
-    "MeasureResult", "NoValidRecordError", "Runner", "RandomModel", "SearchOptions",
+    "MeasureResult", "NoValidRecordError", "RandomModel", "RayRunner", "Runner", "SearchOptions",
     "SearchTask", "TuneResult", "TuningError", "XGBModel", "apply_best", "best_record", "load_model_quality",
     "load_records", "load_tasks", "register_workload", "template", "tune", "tune_report",
 ]

@@ -72,15 +72,40 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     args = _parse_args(ns.args)
     task = SearchTask(func, args, target=ns.target)
     # options not given on the command line keep tune()'s defaults (one place to change them)
-    opts = {k: v for k, v in (("batch_size", ns.batch_size), ("remeasure", ns.remeasure)) if v is not None}
-    (res,) = tune([task], trials=ns.trials, log=ns.log, seed=ns.seed, cost_model=ns.cost_model,
-                  warm_start=ns.warm_start or None, **opts)
+    opts: dict[str, Any] = {k: v for k, v in (("batch_size", ns.batch_size), ("remeasure", ns.remeasure))
+                            if v is not None}
+    runner = None
+    if ns.ray is not None:
+        runner = _ray_runner(ns, task)
+        opts["runner"] = runner
+    try:
+        (res,) = tune([task], trials=ns.trials, log=ns.log, seed=ns.seed, cost_model=ns.cost_model,
+                      warm_start=ns.warm_start or None, **opts)
+    finally:
+        if runner is not None:
+            runner.close()
     if res.interrupted:
         print(f"{task.name}: interrupted after {res.trials} trials; re-run the same command to "
               f"go on (log: {ns.log})")
         return 130
     print(f"{task.name}: best {res.best_gflops:.1f} GFLOP/s after {res.trials} trials; log: {ns.log}")
     return 0
+
+
+def _ray_runner(ns: argparse.Namespace, task: SearchTask) -> Any:
+    """The `RayRunner` of ``--ray ADDRESS`` ("local": a Ray instance on this machine)."""
+    from tecomp.codegen.target import Target
+
+    from .distributed import RayRunner
+    from .measure import LocalRunner
+
+    jobs_from: type[LocalRunner] = LocalRunner
+    if Target.parse(task.target).kind == "cuda":
+        from .gpu_measure import GpuRunner
+
+        jobs_from = GpuRunner
+    address = None if ns.ray == "local" else ns.ray
+    return RayRunner(address, node_resource=ns.ray_resource, jobs_from=jobs_from)
 
 
 def _group(path: str) -> dict[str, list[Any]]:
@@ -261,6 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'random': random search, the baseline the learned model must beat")
     t.add_argument("--warm-start", action="append", metavar="LOG",
                    help="earlier log that pre-trains the cost model (repeatable)")
+    t.add_argument("--ray", metavar="ADDRESS",
+                   help="measure on a Ray cluster: ray://HEAD:10001, auto (the cluster this machine "
+                        "is in) or local (a Ray instance on this machine); needs tecomp[distributed]")
+    t.add_argument("--ray-resource", metavar="NAME",
+                   help="with --ray: only nodes started with this custom resource measure")
     t.add_argument("--remeasure", type=int,
                    help="best candidates timed again at the end (0: none; default: tune's, 4)")
     t.set_defaults(fn=cmd_tune)

@@ -1,0 +1,395 @@
+"""Measuring on a Ray cluster: `RayRunner`, a `tuning.protocols.Runner` whose measurements run
+on other machines.
+
+One measuring *actor* lives on each node whose hardware fits (for ``llvm``: every CPU of the
+node, so two measurements never share cores; for ``cuda``: one per GPU). An actor is a
+long-lived process, like `LocalRunner`'s worker: it computes a task's reference outputs once
+and keeps them, and it runs the same job functions (``prepare_job``/``run_job``/
+``machine_job`` of the local runner class for the target), so a record measured on the
+cluster means what a local one means. The runner's ``capacity`` is its number of actors: the
+tuner keeps that many batches in flight, one per actor.
+
+Workers receive the computation as data (`SearchTask` pickles to its DAG), so the user's
+module need not exist on the nodes; tecomp itself must be installed there (``pip install
+tecomp`` on each node, or Ray's ``runtime_env={"pip": ["tecomp"]}``). Ray is imported only
+when a `RayRunner` is created (the ``[distributed]`` extra).
+
+Hardware matching: at start, every actor says which machine it runs on (taken on the node),
+and a candidate is measured only by an actor whose machine can run its code (a CPU node with
+every feature the object code was compiled for; a GPU of at least the PTX's compute
+capability). Each result carries that machine.
+
+Faults: a candidate that kills its actor (a crash in the kernel) is a RUN_CRASH record and
+the actor is restarted on its node; one that outlives ``timeout`` is a RUN_TIMEOUT and its
+actor is killed and restarted. When a node leaves, its actor is dropped and the candidate is
+measured again on another actor; when no actor is left, `run` raises `ClusterLost`, which
+stops tuning with everything measured so far in the log (which resumes).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tecomp.codegen.target import Target
+
+from .machine import Machine, local_machine
+from .measure import BuildResult, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, RunOptions
+from .task import TuningError
+
+INSTALL_HINT = "pip install 'tecomp[distributed]' (or pip install ray)"
+
+
+class ClusterLost(TuningError):
+    """No measuring actor is left: the Ray cluster (or every fitting node) is gone."""
+
+
+class MeasuringActor:
+    """The body of a Ray actor on one node: the local runner's jobs, in one process.
+
+    Plain Python (wrapped by ``ray.remote`` when a runner starts), so it can be tested
+    without Ray and pickled by reference to this module on the nodes."""
+
+    def __init__(self, jobs: tuple[Callable[..., Any], Callable[..., Any], Callable[[], Machine]],
+                 workdir: str | None = None) -> None:
+        self.prepare_job, self.run_job, self.machine_job = jobs
+        # shared by the actors of a node and their replacements: a reference is computed once
+        # per node (files are keyed by the task's hash and written atomically)
+        self.workdir = workdir or os.path.join(tempfile.gettempdir(), f"tecomp-ray-{os.getuid()}")
+        os.makedirs(self.workdir, exist_ok=True)
+        self.prepared: set[str] = set()
+
+    def machine(self) -> Machine:
+        return self.machine_job()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def prepare(self, task: Any) -> str:
+        key = task.workload_key
+        if key not in self.prepared:
+            self.prepare_job(task, self.workdir)
+            self.prepared.add(key)
+        return str(key)
+
+    def run(self, key: str, build: BuildResult, opts: RunOptions) -> tuple[Any, ...]:
+        return tuple(self.run_job(key, build, opts))
+
+
+def fits(machine: Machine, target: Target) -> bool:
+    """Whether code compiled for ``target`` can run on ``machine``."""
+    if target.kind == "cuda":
+        if not machine.gpu_name:
+            return False
+        try:
+            have = tuple(int(x) for x in machine.compute_capability.split("."))
+            arch = target.cpu.removeprefix("sm_")
+            need = (int(arch[:-1]), int(arch[-1]))
+        except ValueError:
+            return False
+        return have >= need
+    if machine.gpu_name:
+        return False
+    feats = {f[1:] for f in machine.features.split(",") if f.startswith("+")}
+    return target.feature_set <= feats
+
+
+@dataclass
+class _Slot:
+    """One measuring actor and what the runner knows about it."""
+
+    node_id: str
+    handle: Any
+    machine: Machine
+    prepared: set[str] = field(default_factory=set)
+
+
+class RayRunner:
+    """Measures candidates on the nodes of a Ray cluster (module docstring).
+
+    ``address``: ``"ray://head:10001"`` (Ray Client), ``"auto"`` (the cluster this machine is
+    part of), or None: a local Ray instance started for this runner (``num_cpus`` of this
+    machine) and stopped by `close`. If Ray is already initialised in this process, that
+    connection is used as is. ``runtime_env`` is passed to ``ray.init`` (e.g.
+    ``{"pip": ["tecomp"]}``). ``node_resource``: only nodes started with this custom resource
+    (``ray start --resources='{"tecomp": 1}'``) measure. ``jobs_from``: the local runner class
+    whose measuring jobs the actors run (`LocalRunner` for CPU targets, default; the GPU runner
+    for cuda, which also gives each actor one GPU). ``start_timeout`` bounds the start of a
+    node's measuring process (it waits for the node's CPUs: a second runner on the same
+    cluster cannot start until the first is closed). The timing options are `LocalRunner`'s.
+    """
+
+    def __init__(self, address: str | None = None, *, timeout: float = 10.0, number: int = 3,
+                 repeat: int = 3, min_repeat_ms: float = 20.0, flush_cache: bool = False,
+                 check: bool = True, rtol: float = 1e-3, budget_s: float = 1.0,
+                 ref_timeout: float = 600.0, start_timeout: float = 120.0,
+                 runtime_env: dict[str, Any] | None = None,
+                 node_resource: str | None = None, num_cpus: int | None = None,
+                 jobs_from: type[LocalRunner] = LocalRunner, max_retries: int = 2) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise TuningError(f"RayRunner needs Ray: {INSTALL_HINT}") from None
+        self._ray = ray
+        self.address = address
+        self.timeout, self.ref_timeout, self.max_retries = timeout, ref_timeout, max_retries
+        self.start_timeout = start_timeout
+        self.options = RunOptions(number, repeat, min_repeat_ms, flush_cache, check, rtol,
+                                  budget_s=min(budget_s, timeout / 3))
+        self.node_resource = node_resource
+        self._jobs = (jobs_from.prepare_job, jobs_from.run_job, jobs_from.machine_job)
+        self._gpu = jobs_from.machine_job is not LocalRunner.machine_job
+        self._own_ray = False
+        if not ray.is_initialized():
+            kw: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False,
+                                  "include_dashboard": False}
+            if runtime_env is not None:
+                kw["runtime_env"] = runtime_env
+            if address is None:
+                kw["num_cpus"] = num_cpus
+            try:
+                ray.init(address=address, **kw)
+            except Exception as e:  # noqa: BLE001 - Ray raises many kinds for a bad address
+                hint = ""
+                if address and address.startswith("ray://") and not os.environ.get("RAY_AUTH_TOKEN"):
+                    hint = (" (a cluster of Ray >= 2.59 wants its token: export RAY_AUTH_MODE=token "
+                            "RAY_AUTH_TOKEN=<`ray get-auth-token` on the head>)")
+                raise TuningError(f"RayRunner: cannot connect to Ray at {address or 'a new local instance'}: "
+                                  f"{type(e).__name__}: {e}{hint}") from None
+            self._own_ray = True
+        self._lock = threading.Lock()
+        self._free: queue.Queue[_Slot] = queue.Queue()
+        self._slots: list[_Slot] = []
+        self._closed = False
+        self._start_actors()
+        self.capacity = max(1, len(self._slots))
+        here = local_machine().host_id
+        # measuring on the tuner's own machine only: nothing may run beside a measurement
+        self.exclusive = all(s.machine.host_id == here for s in self._slots)
+
+    # actors -----------------------------------------------------------------------------------
+
+    def _actor_class(self) -> Any:
+        return self._ray.remote(MeasuringActor)
+
+    def _spawn(self, node_id: str, cpus: float) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        opts: dict[str, Any] = {
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
+            "max_restarts": 0, "max_concurrency": 1,
+        }
+        if self._gpu:
+            opts.update(num_cpus=1, num_gpus=1)
+        else:
+            opts.update(num_cpus=cpus)  # every CPU of the node: measurements never share cores
+        return self._actor_class().options(**opts).remote(self._jobs)
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        out = []
+        for n in self._ray.nodes():
+            res = n.get("Resources", {})
+            if not n.get("Alive") or res.get("CPU", 0) < 1:
+                continue
+            if self.node_resource is not None and res.get(self.node_resource, 0) <= 0:
+                continue
+            if self._gpu and res.get("GPU", 0) < 1:
+                continue
+            out.append(n)
+        return out
+
+    def _start_actors(self) -> None:
+        pending = []
+        for n in self._nodes():
+            node_id, res = n["NodeID"], n["Resources"]
+            count = int(res.get("GPU", 0)) if self._gpu else 1
+            for _ in range(count):
+                h = self._spawn(node_id, res["CPU"])
+                pending.append((node_id, h, h.machine.remote()))
+        problems = []
+        for node_id, h, ref in pending:
+            try:
+                m = self._ray.get(ref, timeout=self.start_timeout)
+            except self._ray.exceptions.GetTimeoutError:
+                problems.append(f"node {node_id[:8]}: no measuring process started in "
+                                f"{self.start_timeout:g} s (are its CPUs held by another measurement, "
+                                "e.g. a second RayRunner on this cluster?)")
+                self._ray.kill(h)
+                continue
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"node {node_id[:8]}: {type(e).__name__}: {e}")
+                self._ray.kill(h)
+                continue
+            slot = _Slot(node_id, h, m)
+            self._slots.append(slot)
+            self._free.put(slot)
+        if not self._slots:
+            why = "; ".join(problems) or "no alive node offers the resources a measurement needs"
+            self._shutdown()
+            raise ClusterLost(f"RayRunner: no node can measure ({why})")
+
+    def machines(self) -> list[Machine]:
+        """The machines of the measuring actors, one per actor."""
+        return [s.machine for s in self._slots]
+
+    def _node_alive(self, node_id: str) -> bool:
+        try:
+            return any(n["NodeID"] == node_id and n.get("Alive") for n in self._ray.nodes())
+        except Exception:  # noqa: BLE001 - the cluster itself is gone
+            return False
+
+    def _restart(self, slot: _Slot) -> bool:
+        """Replace ``slot``'s actor on its node; False (and the slot dropped) when the node is
+        gone."""
+        try:
+            self._ray.kill(slot.handle)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
+        if self._node_alive(slot.node_id):
+            node = next(n for n in self._nodes() if n["NodeID"] == slot.node_id)
+            try:
+                h = self._spawn(slot.node_id, node["Resources"]["CPU"])
+                self._ray.get(h.machine.remote(), timeout=self.start_timeout)
+            except Exception:  # noqa: BLE001
+                pass
+            else:
+                slot.handle, slot.prepared = h, set()
+                return True
+        with self._lock:
+            if slot in self._slots:
+                self._slots.remove(slot)
+        return False
+
+    # measuring --------------------------------------------------------------------------------
+
+    def _acquire(self, target: Target | None) -> _Slot:
+        """A free actor whose machine fits ``target`` (waits while they are busy)."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise ClusterLost("RayRunner: closed")
+                fitting = [s for s in self._slots if target is None or fits(s.machine, target)]
+                if not fitting:
+                    have = ", ".join(sorted({s.machine.describe() for s in self._slots})) or "none"
+                    raise ClusterLost(f"RayRunner: no measuring node fits target {target} "
+                                      f"(nodes: {have})")
+            try:
+                slot = self._free.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if slot not in self._slots:
+                continue  # dropped while queued
+            if target is None or fits(slot.machine, target):
+                return slot
+            self._free.put(slot)
+            time.sleep(0.01)
+
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
+            callback: Callable[[MeasureInput, MeasureResult], None] | None = None) -> list[MeasureResult]:
+        """Measure the batch on one free actor that fits its code; ``callback`` sees each
+        result as soon as it exists."""
+        target = next((b.artifact.target for b in builds if b.artifact is not None), None)
+        out: list[MeasureResult] = []
+        slot: _Slot | None = None
+        try:
+            for inp, b in zip(inputs, builds, strict=True):
+                if b.error != MeasureErrorNo.NO_ERROR or b.artifact is None:
+                    res = MeasureResult((), b.error, b.error_msg, build_s=b.time_s)
+                else:
+                    res, slot = self._measure(inp, b, target, slot)
+                out.append(res)
+                if callback is not None:
+                    callback(inp, res)
+        finally:
+            if slot is not None and slot in self._slots:
+                self._free.put(slot)
+        return out
+
+    def _measure(self, inp: MeasureInput, b: BuildResult, target: Target | None,
+                 slot: _Slot | None) -> tuple[MeasureResult, _Slot | None]:
+        """One candidate, retried on another actor when its node leaves."""
+        ray = self._ray
+        for _attempt in range(self.max_retries + 1):
+            if slot is None:
+                slot = self._acquire(target)
+            t0 = time.perf_counter()
+            key = inp.task.workload_key
+            try:
+                if key not in slot.prepared:
+                    ray.get(slot.handle.prepare.remote(inp.task), timeout=self.ref_timeout)
+                    slot.prepared.add(key)
+                t0 = time.perf_counter()
+                res = ray.get(slot.handle.run.remote(key, b, self.options), timeout=self.timeout)
+            except ray.exceptions.GetTimeoutError:
+                what = "the default schedule" if key not in slot.prepared else "the candidate"
+                limit = self.ref_timeout if key not in slot.prepared else self.timeout
+                if not self._restart(slot):
+                    slot = None
+                return (MeasureResult((), MeasureErrorNo.RUN_TIMEOUT,
+                                      f"{what}: no result in {limit:g} s on {self._where(slot, b)}",
+                                      build_s=b.time_s, run_s=time.perf_counter() - t0,
+                                      machine=slot.machine if slot else None), slot)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                machine = slot.machine
+                if not self._restart(slot):
+                    # the node left (its slot is dropped): measure the candidate again elsewhere
+                    slot = None
+                    continue
+                return (MeasureResult((), MeasureErrorNo.RUN_CRASH,
+                                      f"the measuring process on {machine.describe()} died: "
+                                      f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                                      build_s=b.time_s, run_s=time.perf_counter() - t0,
+                                      machine=machine), slot)
+            except ray.exceptions.RayTaskError as e:
+                return (MeasureResult((), MeasureErrorNo.UNKNOWN_ERROR,
+                                      f"{type(e.cause).__name__ if e.cause else 'error'}: {e.cause or e}",
+                                      build_s=b.time_s, run_s=time.perf_counter() - t0,
+                                      machine=slot.machine), slot)
+            err = MeasureErrorNo[res[0]]
+            timing = res[3] if len(res) > 3 and err == MeasureErrorNo.NO_ERROR else ""
+            return (MeasureResult(tuple(res[1]), err, res[2], build_s=b.time_s,
+                                  run_s=time.perf_counter() - t0, timing=timing,
+                                  machine=slot.machine), slot)
+        raise ClusterLost(f"RayRunner: {inp.task.name}: every measuring node left while measuring "
+                          f"a candidate ({self.max_retries + 1} tries)")
+
+    @staticmethod
+    def _where(slot: _Slot | None, b: BuildResult) -> str:
+        return slot.machine.describe() if slot is not None else "a node that left"
+
+    # lifecycle --------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Abandon what is in flight: every actor is replaced (its answer must not be read as
+        the next job's)."""
+        for slot in list(self._slots):
+            self._restart(slot)
+        with self._lock:
+            self._free = queue.Queue()
+            for s in self._slots:
+                self._free.put(s)
+
+    def _shutdown(self) -> None:
+        for s in self._slots:
+            try:
+                self._ray.kill(s.handle)
+            except Exception:  # noqa: BLE001
+                pass
+        self._slots = []
+        if self._own_ray:
+            self._ray.shutdown()
+            self._own_ray = False
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._shutdown()
+
+
+__all__ = ["ClusterLost", "MeasuringActor", "RayRunner", "fits"]
