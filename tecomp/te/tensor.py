@@ -53,11 +53,21 @@ class _ExprOps:
     def __floordiv__(self, o: ExprLike) -> Expr:
         return self.as_expr() // o
 
+    def __rfloordiv__(self, o: ExprLike) -> Expr:
+        return self.as_expr().__rfloordiv__(o)
+
     def __mod__(self, o: ExprLike) -> Expr:
         return self.as_expr() % o
 
+    def __rmod__(self, o: ExprLike) -> Expr:
+        return self.as_expr().__rmod__(o)
+
     def __truediv__(self, o: ExprLike) -> Expr:
         return self.as_expr() / o
+
+    def __rtruediv__(self, o: ExprLike) -> Expr:
+        # through Expr's own, so 2 / i raises TVM's division-ambiguity error like i / 2
+        return self.as_expr().__rtruediv__(o)
 
     def __neg__(self) -> Expr:
         return -self.as_expr()

@@ -355,3 +355,17 @@ def test_true_division_of_float_tensors_and_rejected_int_compute() -> None:
     d = np.zeros_like(c)
     g(c, d)
     np.testing.assert_array_equal(d, np.trunc(c / 3).astype("int32") + (c // 3) * 100)
+
+
+def test_reflected_operators_on_iter_vars() -> None:
+    # an IterVar (not its Var) on the right of //, % and /: what TVM users write with
+    # s[C].op.axis; / of two ints raises TVM's ambiguity error, as on the left
+    from tecomp.ir.expr import DivisionAmbiguityError
+
+    A = te.placeholder((8,), "float32", name="A")
+    C = te.compute((8,), lambda i: A[i], name="C")
+    iv = C.op.axis[0]
+    assert str(17 // iv) == str(17 // iv.var) and str(17 % iv) == str(17 % iv.var)
+    with pytest.raises(DivisionAmbiguityError):
+        _ = 2 / iv
+    assert (2.0 / iv).dtype == "float32"
