@@ -64,9 +64,12 @@ class MeasuringActor:
         self.workdir = workdir or os.path.join(tempfile.gettempdir(), f"tecomp-ray-{os.getuid()}")
         os.makedirs(self.workdir, exist_ok=True)
         self.prepared: set[str] = set()
+        self._machine: Machine | None = None
 
     def machine(self) -> Machine:
-        return self.machine_job()
+        if self._machine is None:
+            self._machine = self.machine_job()
+        return self._machine
 
     def pid(self) -> int:
         return os.getpid()
@@ -79,6 +82,11 @@ class MeasuringActor:
         return str(key)
 
     def run(self, key: str, build: BuildResult, opts: RunOptions) -> tuple[Any, ...]:
+        # checked again here, on the node: the runner matched the node when it started, but
+        # running code for features this CPU lacks would die of SIGILL, not fail cleanly
+        if build.artifact is not None and not fits(self.machine(), build.artifact.target):
+            return ("RUN_ERROR", (), f"this node ({self.machine().describe()}) cannot run code "
+                                     f"for target {build.artifact.target}")
         return tuple(self.run_job(key, build, opts))
 
 

@@ -4,6 +4,7 @@ with a log that resumes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -192,6 +193,11 @@ def test_the_actor_body_runs_the_local_jobs_without_ray(tmp_path: Path, builder:
     err, costs, msg = actor.run(key, b, tuning.measure.RunOptions())[:3]
     assert err == "NO_ERROR" and costs and all(c > 0 for c in costs)
     assert actor.machine() == local_machine()
+    # the node checks the code's target itself: code for features it lacks is refused
+    alien = dataclasses.replace(b, artifact=dataclasses.replace(
+        b.artifact, target=Target.parse("llvm -mcpu=sapphirerapids -mattr=+avx512f,+amx-tile")))
+    err, costs, msg = actor.run(key, alien, tuning.measure.RunOptions())[:3]
+    assert err == "RUN_ERROR" and costs == () and "cannot run code for target" in msg
 
 
 def test_without_ray_the_runner_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
