@@ -8,6 +8,11 @@ CPU flavour):
 * reductions with data reuse (some input is read independently of some spatial axis: matmul,
   conv) get multi-level tiling "SSRSRS" -- with the output tile in a cache_write stage when
   the reduction is an output, or with its elementwise consumer fused on top when it is not;
+* a tiled output reduction whose innermost axis reads through a sliding window while another
+  axis is read only by a weight (every convolution: `space_rules.relayout_rule`) also gets
+  "relayout" sketches: the weight repacked output-channel-last, the accumulator permuted the
+  same way and copied back, so the vector runs over output channels without gathers for any
+  stride (with its padded input inlined, or computed as a stage of its own);
 * reductions without reuse may be rfactored, so partial results can be vectorized;
 * every other stage is "simple": a compute location, an outer parallel fuse, an inner
   vectorized split, an unroll pragma.
@@ -21,7 +26,6 @@ how sampling, mutation and crossover all reuse the same code.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -31,13 +35,26 @@ from typing import Any
 import numpy as np
 
 from tecomp.errors import TecompError
-from tecomp.ir.expr import Call, Expr, IntImm, ProducerLoad, Reduce, Var
-from tecomp.ir.functor import ExprVisitor
+from tecomp.ir.expr import Expr, Var
 from tecomp.ir.stmt import ForKind
 from tecomp.lowering.inline import effective_bodies
 from tecomp.te.schedule import Stage
 from tecomp.te.tensor import ComputeOp, IterVar, IterVarKind
 
+from .space_rules import (
+    MAX_INNERMOST,
+    Relayout,
+    _extent,
+    _has_reuse,
+    _packable,
+    _scan,
+    _vars_in,
+    divisors,
+    factorizations,
+    mutate_tile,
+    relayout_rule,
+    sample_tile,
+)
 from .steps import (
     AnnotationStep,
     CacheReadStep,
@@ -45,6 +62,8 @@ from .steps import (
     ComputeAtStep,
     ComputeInlineStep,
     FuseStep,
+    LayoutCacheReadStep,
+    LayoutCacheWriteStep,
     PragmaStep,
     ReorderStep,
     RfactorStep,
@@ -65,12 +84,12 @@ AT_ROOT_PRIOR = 0.3  # odds of a fresh sample computing a simple stage at root .
 AT_OUTER_PRIOR = 0.4  # ... or at the consumer's outermost loop (the rest: deeper loops)
 NO_VECTOR_PRIOR = 0.1  # relative odds of an unvectorized simple stage (vector widths: 1.0 each)
 PACK_VECTOR = 16
-MAX_INNERMOST = 64  # an innermost tile beyond this is a huge vector or unrolled body
+LAYOUT_VECTOR_MAX = 32  # relayout sketch: innermost output-channel tile (4 AVX2 vectors)
+LAYOUT_BLOCK_MAX = 8  # relayout sketch: innermost tile of every other axis (pixels in registers)
+REGISTER_TILE_PRIOR = 0.8  # odds that a fresh relayout candidate draws a balanced register tile
 MAX_EXPLICIT_UNROLL = 64  # copies of the loop body an explicitly unrolled tile may make
 SPATIAL_LEVELS = 3  # inner tile levels of a spatial axis in SSRSRS (the outermost is implied)
 REDUCE_LEVELS = 1
-NON_DIVISOR_PROB = 0.1
-VECTOR_TILE_PRIOR = 0.7  # odds that a fresh tile of the vectorizable axis fills whole vectors
 MAX_SKETCHES = 16
 EXPENSIVE_CALLS = frozenset({"exp", "exp2", "log", "log2", "log10", "tanh", "sigmoid", "erf",
                              "pow", "sin", "cos", "sqrt", "rsqrt"})
@@ -85,6 +104,9 @@ class StagePlan:
     cache_write: bool = False
     consumer: str | None = None  # "tile": the elementwise consumer fused on top
     pack: tuple[str, ...] = ()  # "tile": inputs that may be packed tile by tile (cache_read)
+    # "tile": the weight repacked and the accumulator permuted so that the vector runs over
+    # output channels (`space_rules.Relayout`); the stage is then tiled by `_tile_layout`
+    relayout: Relayout | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +122,8 @@ class Sketch:
         for p in self.plans:
             if p.kind == "tile":
                 how = "+cache" if p.cache_write else f"+fuse {p.consumer}" if p.consumer else ""
+                if p.relayout is not None:
+                    how = f"+layout {p.relayout.weight}"
                 parts.append(f"{p.stage}:tile{how}")
             elif p.kind != "simple":
                 parts.append(f"{p.stage}:{p.kind}")
@@ -128,64 +152,6 @@ class _Mutate:
 
     def __init__(self, old: Any) -> None:
         self.old = old
-
-
-# analysis of the DAG --------------------------------------------------------------------------
-
-
-class _Loads(ExprVisitor):
-    def __init__(self) -> None:
-        self.loads: list[ProducerLoad] = []
-        self.calls: set[str] = set()
-
-    def visit_ProducerLoad(self, e: ProducerLoad) -> None:
-        self.loads.append(e)
-        super().visit_ProducerLoad(e)
-
-    def visit_Call(self, e: Call) -> None:
-        self.calls.add(e.name)
-        super().visit_Call(e)
-
-
-def _scan(exprs: Sequence[Expr]) -> _Loads:
-    v = _Loads()
-    for e in exprs:
-        if isinstance(e, Reduce):
-            for x in (*e.source, e.condition):
-                v.visit(x)
-        else:
-            v.visit(e)
-    return v
-
-
-def _vars_in(e: Expr) -> set[Var]:
-    out: set[Var] = set()
-
-    class _V(ExprVisitor):
-        def visit_Var(self, x: Var) -> None:
-            out.add(x)
-
-    _V().visit(e)
-    return out
-
-
-def _extent(iv: IterVar) -> int:
-    ext = iv.dom.extent if iv.dom is not None else None
-    if not isinstance(ext, IntImm):
-        raise TecompError(f"axis {iv.name} needs a constant extent for tuning")
-    return ext.value
-
-
-def _has_reuse(op: ComputeOp, body: Sequence[Expr]) -> bool:
-    """Some input is read independently of some spatial axis (so tiles can share it)."""
-    spatial = {a.var for a in op.axis}
-    for ld in _scan(body).loads:
-        used: set[Var] = set()
-        for i in ld.indices:
-            used |= _vars_in(i)
-        if spatial - used:
-            return True
-    return False
 
 
 def _readers(sch_stages: Sequence[Stage], name: str) -> list[Stage]:
@@ -238,24 +204,34 @@ def generate_sketches(task: SearchTask) -> list[Sketch]:
     attachable = [st for st in live if st.op.name not in outputs and st.op.name not in tiled]
     sketches = [Sketch(tuple(combo), at_outer) for combo in itertools.product(*options)
                 for at_outer in ((True, False) if attachable else (False,))]
-    return sketches[:MAX_SKETCHES]
+    extra = _relayout_sketches(sketches[0], live, outputs, inline) if sketches else []
+    return sketches[:MAX_SKETCHES - len(extra)] + extra
 
 
-def _packable(op: ComputeOp) -> tuple[str, ...]:
-    """Inputs of a tiled reduction worth packing: read directly (not through an inlined stage,
-    which cache_read cannot reach), at least 2-D, and with a spatial axis in the last index, so
-    a tile of the output reads short pieces of many rows of it (B[r, j] in a GEMM). Copying
-    the tile's region into a buffer of its own makes those rows contiguous: the panel packing
-    of BLAS libraries, which removes the cache-set and TLB conflicts of a strided panel."""
-    spatial = {a.var for a in op.axis}
-    out: list[str] = []
-    for ld in _scan(op.body).loads:
-        name = ld.producer.op.name
-        if len(ld.indices) < 2 or name in out or name == op.name:
+def _relayout_sketches(base: Sketch, live: Sequence[Stage], outputs: set[str],
+                       inline: Sequence[str]) -> list[Sketch]:
+    """Variants of ``base`` in which a tiled output reduction takes its `Relayout` (the vector
+    over output channels): one with its injective producers inlined as in ``base``, one with
+    the producers it reads directly computed as stages of their own (a padded input: inlined,
+    every load carries the padding test, whose selects cost the register tile its registers;
+    computed, the loads are plain)."""
+    out: list[Sketch] = []
+    for st in live:
+        op = st.op
+        assert isinstance(op, ComputeOp)
+        if op.name not in outputs or not any(p.stage == op.name and p.kind == "tile" for p in base.plans):
             continue
-        if _vars_in(ld.indices[-1]) & spatial:
-            out.append(name)
-    return tuple(out)
+        rel = relayout_rule(op)
+        if rel is None:
+            continue
+        plans = tuple(StagePlan(p.stage, "tile", relayout=rel) if p.stage == op.name else p
+                      for p in base.plans)
+        out.append(Sketch(plans, base.at_outer))
+        direct = {t.op.name for t in op.input_tensors} & set(inline)
+        if direct:
+            out.append(Sketch(tuple(StagePlan(p.stage, "simple") if p.stage in direct else p
+                                    for p in plans), base.at_outer))
+    return out
 
 
 def _fusible_consumer(st: Stage, live: Sequence[Stage], bodies: Mapping[Stage, list[Expr]]) -> str | None:
@@ -283,75 +259,6 @@ def _fusible_consumer(st: Stage, live: Sequence[Stage], bodies: Mapping[Stage, l
                 i is a.var for i, a in zip(ld.indices, rop.axis)):
             return None
     return rop.name
-
-
-# tile sizes --------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=4096)
-def divisors(n: int) -> tuple[int, ...]:
-    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
-    return tuple(sorted(set(small + [n // d for d in small])))
-
-
-@functools.lru_cache(maxsize=1024)
-def factorizations(extent: int, levels: int, max_inner: int) -> tuple[tuple[int, ...], ...]:
-    """All ``levels`` inner factors whose product divides ``extent``, innermost <= max_inner."""
-    out: list[tuple[int, ...]] = []
-
-    def rec(rest: int, prefix: tuple[int, ...]) -> None:
-        if len(prefix) == levels:
-            if prefix[-1] <= max_inner:
-                out.append(prefix)
-            return
-        for d in divisors(rest):
-            rec(rest // d, prefix + (d,))
-
-    rec(extent, ())
-    return tuple(out)
-
-
-def sample_tile(extent: int, levels: int, rng: np.random.Generator,
-                max_inner: int = MAX_INNERMOST, vector: bool = False) -> tuple[int, ...]:
-    """Random inner factors: mostly an exact factorization, sometimes powers of two that
-    leave a tail (prime extents need them, and a tail can beat a bad exact factorization).
-
-    ``vector``: the innermost factor may become a vector loop, so most draws take one that
-    fills whole registers (a multiple of 8 lanes) when the extent has such factorizations --
-    uniform draws mostly give 1-4 lanes, which waste the vector units."""
-    if rng.random() < NON_DIVISOR_PROB:
-        for _ in range(8):
-            f = tuple(int(2 ** rng.integers(0, 7)) for _ in range(levels))
-            if f[-1] <= max_inner and math.prod(f) <= extent:
-                return f
-    facts = factorizations(extent, levels, max_inner)
-    if vector and rng.random() < VECTOR_TILE_PRIOR:
-        wide = [f for f in facts if f[-1] % 8 == 0]
-        if wide:
-            return wide[int(rng.integers(len(wide)))]
-    return facts[int(rng.integers(len(facts)))]
-
-
-def mutate_tile(old: tuple[int, ...], extent: int, rng: np.random.Generator,
-                max_inner: int = MAX_INNERMOST) -> tuple[int, ...]:
-    """Move a prime factor between two tile levels (the outermost level included)."""
-    inner = math.prod(old)
-    if extent % inner == 0:
-        levels = [extent // inner, *old]
-        for _ in range(8):
-            src = int(rng.integers(len(levels)))
-            if levels[src] == 1:
-                continue
-            primes = [p for p in divisors(levels[src])[1:] if all(p % q for q in range(2, p))]
-            p = primes[int(rng.integers(len(primes)))]
-            dst = int(rng.integers(len(levels) - 1))
-            dst = dst + 1 if dst >= src else dst
-            new = list(levels)
-            new[src] //= p
-            new[dst] *= p
-            if new[-1] <= max_inner:
-                return tuple(new[1:])
-    return sample_tile(extent, len(old), rng, max_inner)
 
 
 # instantiation -------------------------------------------------------------------------------
@@ -414,6 +321,7 @@ class _Builder:
         st = self.state
         tile_compute: dict[str, StagePlan] = {}
         tile_consumer: dict[str, tuple[str, StagePlan]] = {}
+        tile_layout: dict[str, tuple[str, StagePlan]] = {}
         for p in self.sketch.plans:
             if p.kind == "inline":
                 self.apply(ComputeInlineStep(p.stage))
@@ -422,6 +330,13 @@ class _Builder:
                 self._rfactor(p.stage)
             elif p.kind == "tile":
                 compute = p.stage
+                if p.relayout is not None:
+                    rel = p.relayout
+                    compute = f"{p.stage}.local"
+                    self.apply(LayoutCacheWriteStep(p.stage, "local", rel.out_order))
+                    self.apply(LayoutCacheReadStep(rel.weight, "pack", (compute,), rel.weight_order))
+                    tile_layout[p.stage] = (compute, p)
+                    continue
                 if p.cache_write:
                     self.apply(CacheWriteStep(p.stage, "local"))
                     compute = f"{p.stage}.local"
@@ -435,7 +350,11 @@ class _Builder:
             name = stage.op.name
             if not isinstance(stage.op, ComputeOp) or stage.attach_type == "inline" or name in done:
                 continue
-            if name in tile_consumer:
+            if name in tile_layout:
+                compute, plan = tile_layout[name]
+                self._tile_layout(compute, name, plan)
+                done.add(compute)
+            elif name in tile_consumer:
                 compute, plan = tile_consumer[name]
                 self._tile_with_consumer(compute, name, plan)
                 done.add(compute)
@@ -576,6 +495,74 @@ class _Builder:
         inner = [(p[1], f[0]) for p, f in zip(rp, r_tiles)] + [(p[1], f[2]) for p, f in zip(sp, s_tiles)]
         self._unroll_tile(compute, key, inner[:-1] if vec else inner)
         self._unroll(compute, key)
+
+    def _tile_layout(self, compute: str, consumer: str, plan: StagePlan) -> None:
+        """A `Relayout` reduction: ``compute`` (the accumulator, output channels innermost) is
+        tiled SSRSRS inside the tiles of ``consumer`` (the copy back to the user's layout),
+        with the output-channel tile vectorized: each FMA multiplies one broadcast input
+        element by a contiguous vector of the repacked weight."""
+        assert plan.relayout is not None
+        order = plan.relayout.out_order
+        key = plan.stage
+        cop = self.state.stage(compute).op
+        yop = self.state.stage(consumer).op
+        assert isinstance(cop, ComputeOp) and isinstance(yop, ComputeOp)
+        n = len(yop.axis)
+        # the register tile is (pixels of the other axes) x (output-channel vectors): a few
+        # vectors wide, a few pixels deep, or the accumulators spill
+        last = len(cop.axis) - 1
+        self._register_tile(key, cop.axis)
+        s_tiles = [self.tile(f"{key}/S{d}", _extent(a), SPATIAL_LEVELS,
+                             max_inner=LAYOUT_VECTOR_MAX if d == last else LAYOUT_BLOCK_MAX, vector=d == last)
+                   for d, a in enumerate(cop.axis)]
+        r_tiles = self._reduce_tiles(key, cop.reduce_axis)
+        # consumer axis d is accumulator axis order.index(d): S0 S1 | tile, in the consumer's
+        # order, so its innermost loop (contiguous stores to the user's array) may be vectorized
+        ct = [s_tiles[order.index(d)] for d in range(n)]
+        yp = self._split_all(consumer, yop.axis, [(f[0], f[1] * f[2]) for f in ct])
+        self._reorder(consumer, [p[0] for p in yp] + [p[1] for p in yp] + [p[2] for p in yp])
+        par = self.choice(f"{key}/par", tuple(range(1, 2 * n + 1)))
+        at = self.choice(f"{key}/at", (0, 1))
+        if self.choice(f"{key}/vec_copy", (0, 1)):
+            self.apply(AnnotationStep(consumer, self.state.index(consumer, yp[-1][2]), "vectorize"))
+        attach_pos = self.state.index(consumer, yp[n - 1][at])
+        self._parallel(consumer, par)
+        attach_pos = max(0, attach_pos - max(par - 1, 0))
+        self.apply(ComputeAtStep(compute, consumer, attach_pos))
+        # accumulator: R0 S2 R1 S3 inside the attach loop, the output-channel S3 vectorized
+        sp = self._split_all(compute, cop.axis, [(f[2],) for f in s_tiles])
+        rp = self._split_all(compute, cop.reduce_axis, r_tiles)
+        self._reorder(compute, [p[0] for p in rp] + [p[0] for p in sp] + [p[1] for p in rp]
+                      + [p[1] for p in sp])
+        self.apply(AnnotationStep(compute, self.state.index(compute, sp[-1][1]), "vectorize"))
+        inner = [(p[1], f[0]) for p, f in zip(rp, r_tiles)] + [(p[1], f[2]) for p, f in zip(sp, s_tiles)]
+        self._unroll_tile(compute, key, inner[:-1])
+        self._unroll(compute, key)
+
+    def _register_tile(self, key: str, axes: Sequence[IterVar]) -> None:
+        """A fresh relayout candidate mostly draws its innermost output-channel and column
+        tiles together (the other axes' innermost tiles 1): whole vectors of channels times
+        a few columns, 4-12 accumulators in all (enough independent FMAs to cover their
+        latency on two FMA ports, few enough to stay in the 16 registers of AVX2). Drawn
+        apart, most pairs give 1-2 accumulators or spill; given or mutated values stay."""
+        last = len(axes) - 1
+        kf, kx = f"{key}/S{last}", f"{key}/S{last - 1}"
+        if last < 1 or self.rng is None or kf in self.params or kx in self.params:
+            return
+        if self.rng.random() >= REGISTER_TILE_PRIOR:
+            return
+        ef, ex = _extent(axes[last]), _extent(axes[last - 1])
+        pairs = [(fv, xv) for fv in range(8, LAYOUT_VECTOR_MAX + 1, 8) if ef % fv == 0
+                 for xv in divisors(ex) if xv <= LAYOUT_BLOCK_MAX and 4 <= fv // 8 * xv <= 12]
+        if not pairs:
+            return
+        fv, xv = pairs[int(self.rng.integers(len(pairs)))]
+        fresh = {kf: (fv, ef), kx: (xv, ex)}
+        # the other axes (batch, rows) keep one point in registers: their tiles multiply it
+        fresh.update({f"{key}/S{d}": (1, _extent(a)) for d, a in enumerate(axes[:-2])
+                      if f"{key}/S{d}" not in self.params})
+        self.params = {**self.params, **{k: (*sample_tile(ext // inner, SPATIAL_LEVELS - 1, self.rng), inner)
+                                         for k, (inner, ext) in fresh.items()}}
 
     def _simple(self, name: str) -> None:
         stage = self.state.stage(name)

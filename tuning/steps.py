@@ -235,6 +235,42 @@ class CacheReadStep(Step):
 
 
 @dataclass(frozen=True)
+class LayoutCacheReadStep(Step):
+    """Copy ``stage``'s output into ``"<stage>.<scope>"`` with its dimensions stored in the
+    order ``order`` (dimension k of the copy is dimension ``order[k]`` of ``stage``), read by
+    the stages ``readers`` (`tecomp.te.layout.cache_read_layout`): a weight repacked so the
+    loop that gets vectorized walks it contiguously."""
+
+    KIND: ClassVar[str] = "cache_read_layout"
+    scope: str
+    readers: tuple[str, ...]
+    order: tuple[int, ...]
+
+    def apply(self, state: State) -> None:
+        from tecomp.te.layout import cache_read_layout
+
+        st = state.stage(self.stage)
+        cache_read_layout(state.sch, st.op.output(0), self.scope,
+                          [state.stage(r).op for r in self.readers], self.order)
+
+
+@dataclass(frozen=True)
+class LayoutCacheWriteStep(Step):
+    """Compute ``stage`` into ``"<stage>.<scope>"`` whose axis k is axis ``order[k]`` of
+    ``stage`` (`tecomp.te.layout.cache_write_layout`); ``stage`` becomes the copy back."""
+
+    KIND: ClassVar[str] = "cache_write_layout"
+    scope: str
+    order: tuple[int, ...]
+
+    def apply(self, state: State) -> None:
+        from tecomp.te.layout import cache_write_layout
+
+        st = state.stage(self.stage)
+        cache_write_layout(state.sch, st.op.output(0), self.scope, self.order)
+
+
+@dataclass(frozen=True)
 class RfactorStep(Step):
     """rfactor the reduction leaf ``axis`` into a new stage ``"<stage>.rf"``; the spatial
     axis it becomes sits at position ``factor_axis`` of the new stage."""
@@ -380,7 +416,8 @@ def steps_key(steps: Sequence[Step]) -> str:
 
 __all__ = [
     "AnnotationStep", "BindStep", "CacheReadStep", "CacheWriteStep", "ComputeAtStep", "ComputeInlineStep",
-    "ComputeRootStep", "FuseStep", "PragmaStep", "ReorderStep", "RfactorStep", "SplitStep",
+    "ComputeRootStep", "FuseStep", "LayoutCacheReadStep", "LayoutCacheWriteStep", "PragmaStep", "ReorderStep",
+    "RfactorStep", "SplitStep",
     "State", "Step", "StorePredicateStep", "TemplateConfigStep", "step_from_json", "steps_from_json",
     "steps_key", "steps_to_json",
 ]

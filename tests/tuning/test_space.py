@@ -38,7 +38,8 @@ def _numpy(name: str, ins: list[np.ndarray], args: tuple[int, ...]) -> np.ndarra
 CASES = [
     (wl.matmul, (48, 32, 40), ["C:tile+cache", "C:tile"]),
     (wl.matmul_relu, (24, 16, 32), ["C:tile+fuse D", "C:tile"]),
-    (wl.conv2d, (1, 3, 8, 8, 4, 3, 3, 1), ["pad:inline, conv:tile+cache", "pad:inline, conv:tile"]),
+    (wl.conv2d, (1, 3, 8, 8, 4, 3, 3, 1), ["pad:inline, conv:tile+cache", "pad:inline, conv:tile",
+                                           "pad:inline, conv:tile+layout kernel", "conv:tile+layout kernel"]),
     (wl.softmax, (6, 40), [f"{s}{', ' if s else ''}producers at outer loops" if outer else s or "simple"
                            for s in ("mx:rfactor, sm:rfactor", "mx:rfactor", "sm:rfactor", "")
                            for outer in (True, False)]),

@@ -18,6 +18,8 @@ from tuning.steps import (
     ComputeInlineStep,
     ComputeRootStep,
     FuseStep,
+    LayoutCacheReadStep,
+    LayoutCacheWriteStep,
     PragmaStep,
     ReorderStep,
     RfactorStep,
@@ -34,6 +36,7 @@ EVERY_KIND = (
     AnnotationStep("C", 2, "vectorize"), PragmaStep("C", 0, "auto_unroll_max_step", 64),
     ComputeAtStep("C.local", "C", 1), ComputeInlineStep("T"), ComputeRootStep("T"),
     CacheWriteStep("C", "local"), CacheReadStep("A", "local", ("C",)), RfactorStep("mx", 1, 1),
+    LayoutCacheReadStep("W", "pack", ("conv",), (1, 2, 3, 0)), LayoutCacheWriteStep("conv", "local", (0, 2, 3, 1)),
 )
 
 

@@ -1,0 +1,194 @@
+"""Convolutions with the vector over output channels: the tuner with and without the relayout sketch.
+
+For each ResNet-50 layer below the same trial budget is spent twice: once on the plain space
+(``plain``: the sketches of the space without its `Relayout` ones -- what the tuner searched
+before that rule existed) and once on the default space (``default``: the relayout sketches
+included, found by the search itself). The best kernel of each log is built here, checked
+against the reference, and timed interleaved with PyTorch (or, without PyTorch, with a numpy
+im2col + matmul convolution), best of several rounds: the machine is shared.
+The repacking of the weight is a stage of the tuned kernel (the user passes the plain OIHW
+array); its cost on its own is timed too and printed as a share of the kernel.
+
+    python benchmarks/conv_layouts.py [--trials 100] [--layers s2a,s2b,s1,p1] [--log-dir DIR]
+
+Prints tecomp/reference ratios (> 1: tecomp faster) and fractions of the fp32 FMA peak
+(benchmarks/peak.py, measured once at the start of the run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from peak import measure as measure_peak  # noqa: E402
+from timing import best_of  # noqa: E402
+
+import tecomp as tc  # noqa: E402
+import tuning  # noqa: E402
+from tecomp import te  # noqa: E402
+from tuning import workloads  # noqa: E402
+from tuning.measure import aligned_empty  # noqa: E402
+from tuning.space import SearchSpace, Sketch  # noqa: E402
+
+# (N, CI, H, W, CO, KH, KW, stride, pad): ResNet-50's stride-2 3x3 layers, a stride-1 3x3 and a 1x1
+LAYERS: dict[str, tuple[int, ...]] = {
+    "s2a": (1, 128, 56, 56, 128, 3, 3, 2, 1),
+    "s2b": (1, 256, 28, 28, 256, 3, 3, 2, 1),
+    "s1": (1, 128, 28, 28, 128, 3, 3, 1, 1),
+    "p1": (1, 512, 28, 28, 128, 1, 1, 1, 0),
+}
+
+
+def numpy_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    """The reference without PyTorch: im2col by a strided view, then one matmul (BLAS)."""
+    n, ci, _, _ = x.shape
+    co, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
+    oh, ow = win.shape[2], win.shape[3]
+    cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, ci * kh * kw)
+    out = cols @ w.reshape(co, -1).T
+    return np.ascontiguousarray(out.reshape(n, oh, ow, co).transpose(0, 3, 1, 2))
+
+
+def reference(ins: Sequence[np.ndarray], stride: int, pad: int) -> tuple[str, Callable[[], Any]]:
+    """PyTorch's conv2d when it is installed, else the numpy im2col convolution."""
+    try:
+        import torch
+    except ImportError:
+        x, w = ins
+        return "numpy", lambda: numpy_conv(x, w, stride, pad)
+    tx, tw = (torch.from_numpy(np.ascontiguousarray(v)) for v in ins)
+    return "PyTorch", lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=pad)
+
+
+def _plain_sketches(self: SearchSpace, task: tuning.SearchTask) -> list[Sketch]:
+    return [s for s in tuning.space.generate_sketches(task)
+            if not any(p.relayout is not None for p in s.plans)]
+
+
+def tune_layer(args: tuple[int, ...], space: str, trials: int, log: str, seed: int) -> tuple[float, str]:
+    """Tune the layer on ``space`` ("plain" or "default"); (wall seconds, best sketch)."""
+    task = tuning.SearchTask(workloads.conv2d, args, target="llvm")
+    orig = SearchSpace.make_sketches
+    if space == "plain":
+        SearchSpace.make_sketches = _plain_sketches  # type: ignore[method-assign]
+    try:
+        t0 = time.perf_counter()
+        tuning.tune([task], trials=trials, log=log, seed=seed, progress=False)
+        wall = time.perf_counter() - t0
+    finally:
+        SearchSpace.make_sketches = orig  # type: ignore[method-assign]
+    s, _ = task.apply_best(log)
+    uses = any(st.op.name == "kernel.pack" for st in s.stages)
+    return wall, "relayout" if uses else "plain layout"
+
+
+def repack_seconds(args: tuple[int, ...], number: int, repeat: int) -> float:
+    """The weight repacking of the relayout sketch alone ([CO, CI, KH, KW] -> [CI, KH, KW, CO]),
+    on one core, in blocks of 8 output channels (vector stores; the 8 rows read stay in cache
+    across the taps): its share of a tuned kernel. One core, because a parallel kernel this
+    short measured 7-8 ms on the project VM at low load (thread wake-up), 0.08 ms under load."""
+    _, ci, _, _, co, kh, kw, _, _ = args
+    w = te.placeholder((co, ci, kh, kw), "float32", name="w")
+    p = te.compute((ci, kh, kw, co), lambda i, y, x, o: w[o, i, y, x], name="p")
+    s = te.create_schedule(p.op)
+    i, y, x, o = p.op.axis
+    oo, oi = s[p].split(o, factor=8)
+    s[p].reorder(i, oo, y, x, oi)
+    s[p].vectorize(oi)
+    f = tc.build(s, [w, p], name="repack")
+    wa = np.random.default_rng(0).random((co, ci, kh, kw)).astype("float32")
+    pa = np.empty((ci, kh, kw, co), "float32")
+    f(wa, pa)
+    np.testing.assert_array_equal(pa, wa.transpose(1, 2, 3, 0))
+    return float(f.time_evaluator(number=number, repeat=repeat)(wa, pa).min)
+
+
+def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_gflops: float) -> dict[str, Any]:
+    line: dict[str, Any] = {"layer": name, "args": list(args), "trials": opts.trials}
+    fns = {}
+    for space in ("plain", "default"):
+        log = os.path.join(opts.log_dir, f"{name}-{space}.jsonl")
+        wall, best = tune_layer(args, space, opts.trials, log, opts.seed)
+        line[f"{space}_tune_s"], line[f"{space}_best_sketch"] = wall, best
+        task = tuning.SearchTask(workloads.conv2d, args, target="llvm")
+        s, params = task.apply_best(log)
+        fns[space] = tc.build(s, params, name=f"conv_{space}")
+    rng = np.random.default_rng(0)
+    arrs = []
+    for t in task.tensors:
+        a = aligned_empty(tuple(int(d.value) for d in t.shape), t.dtype)  # type: ignore[attr-defined]
+        a[...] = rng.random(a.shape) if len(arrs) < 2 else 0
+        arrs.append(a)
+    ref_name, run_ref = reference(arrs[:2], args[7], args[8])
+    want = np.asarray(run_ref())
+    evs = {}
+    for space, f in fns.items():
+        arrs[2][...] = np.nan
+        f(*arrs)
+        np.testing.assert_allclose(arrs[2], want, rtol=1e-3, atol=1e-3, err_msg=f"{name} {space}")
+        evs[space] = f.time_evaluator(number=opts.number, repeat=opts.repeat)
+    t_ref = float("inf")
+    t = {space: float("inf") for space in evs}
+    for _ in range(opts.rounds):  # interleaved: a burst of load hits every side alike
+        t_ref = min(t_ref, best_of(run_ref, opts.repeat, opts.number))
+        time.sleep(0.05)
+        for space, ev in evs.items():
+            t[space] = min(t[space], ev(*arrs).min)
+            time.sleep(0.05)
+    flop = task.flop_ct
+    line["reference"], line["ref_ms"] = ref_name, t_ref * 1e3
+    line["ref_frac_peak"] = flop / t_ref / 1e9 / peak_gflops
+    for space, sec in t.items():
+        line[f"{space}_ms"] = sec * 1e3
+        line[f"{space}_ratio"] = t_ref / sec
+        line[f"{space}_frac_peak"] = flop / sec / 1e9 / peak_gflops
+    line["repack_ms"] = repack_seconds(args, opts.number, opts.repeat) * 1e3
+    line["repack_share"] = line["repack_ms"] / line["default_ms"]
+    return line
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=100)
+    ap.add_argument("--layers", default=",".join(LAYERS), help=f"comma-separated, of {sorted(LAYERS)}")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--log-dir", default="conv_layout_logs", help="<layer>-<space>.jsonl; re-runs resume")
+    ap.add_argument("--number", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (best of each side)")
+    opts = ap.parse_args()
+    layers = [x for x in opts.layers.split(",") if x]
+    unknown = [x for x in layers if x not in LAYERS]
+    if unknown:
+        ap.error(f"unknown layers {unknown}; known: {sorted(LAYERS)}")
+    os.makedirs(opts.log_dir, exist_ok=True)
+    pk = measure_peak(quick=True, fresh=True)  # in this run: the shared VM's speed drifts
+    print(pk.line())
+    peak = pk.fma_for()
+    for name in layers:
+        r = run_layer(name, LAYERS[name], opts, peak)
+        ref = r["reference"]
+        print(f"\n{name} conv2d{LAYERS[name]}: {opts.trials} trials per space  ({ref} {r['ref_ms']:.3f} ms, "
+              f"{100 * r['ref_frac_peak']:.0f}% of FMA peak)")
+        for space in ("plain", "default"):
+            print(f"  {space:8s} {r[f'{space}_ms']:.3f} ms  {r[f'{space}_ratio']:.2f}x {ref}  "
+                  f"{100 * r[f'{space}_frac_peak']:.0f}% of peak  best: {r[f'{space}_best_sketch']}  "
+                  f"(tuned in {r[f'{space}_tune_s']:.0f} s)")
+        print(f"  weight repack alone {r['repack_ms']:.3f} ms = {100 * r['repack_share']:.1f}% of the default kernel")
+        print("JSON " + json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""Rules of the CPU search space that do not need a live schedule: analysis of the compute
+DAG (which loads read what, reuse, packable inputs, the layout rewrite of a convolution-like
+reduction) and random tile sizes. `tuning.space` builds sketches and candidates from them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tecomp.errors import TecompError
+from tecomp.ir.expr import Call, Expr, IntImm, ProducerLoad, Reduce, Var
+from tecomp.ir.functor import ExprVisitor
+from tecomp.te.tensor import ComputeOp, IterVar
+
+MAX_INNERMOST = 64  # an innermost tile beyond this is a huge vector or unrolled body
+NON_DIVISOR_PROB = 0.1
+VECTOR_TILE_PRIOR = 0.7  # odds that a fresh tile of the vectorizable axis fills whole vectors
+
+# analysis of the DAG --------------------------------------------------------------------------
+
+
+class _Loads(ExprVisitor):
+    def __init__(self) -> None:
+        self.loads: list[ProducerLoad] = []
+        self.calls: set[str] = set()
+
+    def visit_ProducerLoad(self, e: ProducerLoad) -> None:
+        self.loads.append(e)
+        super().visit_ProducerLoad(e)
+
+    def visit_Call(self, e: Call) -> None:
+        self.calls.add(e.name)
+        super().visit_Call(e)
+
+
+def _scan(exprs: Sequence[Expr]) -> _Loads:
+    v = _Loads()
+    for e in exprs:
+        if isinstance(e, Reduce):
+            for x in (*e.source, e.condition):
+                v.visit(x)
+        else:
+            v.visit(e)
+    return v
+
+
+def _vars_in(e: Expr) -> set[Var]:
+    out: set[Var] = set()
+
+    class _V(ExprVisitor):
+        def visit_Var(self, x: Var) -> None:
+            out.add(x)
+
+    _V().visit(e)
+    return out
+
+
+def _extent(iv: IterVar) -> int:
+    ext = iv.dom.extent if iv.dom is not None else None
+    if not isinstance(ext, IntImm):
+        raise TecompError(f"axis {iv.name} needs a constant extent for tuning")
+    return ext.value
+
+
+def _has_reuse(op: ComputeOp, body: Sequence[Expr]) -> bool:
+    """Some input is read independently of some spatial axis (so tiles can share it)."""
+    spatial = {a.var for a in op.axis}
+    for ld in _scan(body).loads:
+        used: set[Var] = set()
+        for i in ld.indices:
+            used |= _vars_in(i)
+        if spatial - used:
+            return True
+    return False
+
+
+def _packable(op: ComputeOp) -> tuple[str, ...]:
+    """Inputs of a tiled reduction worth packing: read directly (not through an inlined stage,
+    which cache_read cannot reach), at least 2-D, and with a spatial axis in the last index, so
+    a tile of the output reads short pieces of many rows of it (B[r, j] in a GEMM). Copying
+    the tile's region into a buffer of its own makes those rows contiguous: the panel packing
+    of BLAS libraries, which removes the cache-set and TLB conflicts of a strided panel."""
+    spatial = {a.var for a in op.axis}
+    out: list[str] = []
+    for ld in _scan(op.body).loads:
+        name = ld.producer.op.name
+        if len(ld.indices) < 2 or name in out or name == op.name:
+            continue
+        if _vars_in(ld.indices[-1]) & spatial:
+            out.append(name)
+    return tuple(out)
+
+
+# tile sizes --------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
+
+
+@functools.lru_cache(maxsize=1024)
+def factorizations(extent: int, levels: int, max_inner: int) -> tuple[tuple[int, ...], ...]:
+    """All ``levels`` inner factors whose product divides ``extent``, innermost <= max_inner."""
+    out: list[tuple[int, ...]] = []
+
+    def rec(rest: int, prefix: tuple[int, ...]) -> None:
+        if len(prefix) == levels:
+            if prefix[-1] <= max_inner:
+                out.append(prefix)
+            return
+        for d in divisors(rest):
+            rec(rest // d, prefix + (d,))
+
+    rec(extent, ())
+    return tuple(out)
+
+
+def sample_tile(extent: int, levels: int, rng: np.random.Generator,
+                max_inner: int = MAX_INNERMOST, vector: bool = False) -> tuple[int, ...]:
+    """Random inner factors: mostly an exact factorization, sometimes powers of two that
+    leave a tail (prime extents need them, and a tail can beat a bad exact factorization).
+
+    ``vector``: the innermost factor may become a vector loop, so most draws take one that
+    fills whole registers (a multiple of 8 lanes) when the extent has such factorizations --
+    uniform draws mostly give 1-4 lanes, which waste the vector units."""
+    if rng.random() < NON_DIVISOR_PROB:
+        for _ in range(8):
+            f = tuple(int(2 ** rng.integers(0, 7)) for _ in range(levels))
+            if f[-1] <= max_inner and math.prod(f) <= extent:
+                return f
+    facts = factorizations(extent, levels, max_inner)
+    if vector and rng.random() < VECTOR_TILE_PRIOR:
+        wide = [f for f in facts if f[-1] % 8 == 0]
+        if wide:
+            return wide[int(rng.integers(len(wide)))]
+    return facts[int(rng.integers(len(facts)))]
+
+
+def mutate_tile(old: tuple[int, ...], extent: int, rng: np.random.Generator,
+                max_inner: int = MAX_INNERMOST) -> tuple[int, ...]:
+    """Move a prime factor between two tile levels (the outermost level included)."""
+    inner = math.prod(old)
+    if extent % inner == 0:
+        levels = [extent // inner, *old]
+        for _ in range(8):
+            src = int(rng.integers(len(levels)))
+            if levels[src] == 1:
+                continue
+            primes = [p for p in divisors(levels[src])[1:] if all(p % q for q in range(2, p))]
+            p = primes[int(rng.integers(len(primes)))]
+            dst = int(rng.integers(len(levels) - 1))
+            dst = dst + 1 if dst >= src else dst
+            new = list(levels)
+            new[src] //= p
+            new[dst] *= p
+            if new[-1] <= max_inner:
+                return tuple(new[1:])
+    return sample_tile(extent, len(old), rng, max_inner)
+
+
+# layout rewrite ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Relayout:
+    """The layout rewrite of a convolution-like reduction (TVM's NCHWc, oneDNN's blocked
+    layouts, reached by permutation): ``weight`` is copied with its dimensions in the order
+    ``weight_order`` (the output-channel dimension last), the reduction accumulates into a
+    buffer whose axes are in the order ``out_order`` (the output-channel axis last), and a
+    copy puts the result back in the user's layout. The vector then runs over output
+    channels: one input element broadcast times a contiguous vector of weights, one FMA per
+    element, for any stride, dilation or padding (1x1 included) -- where the plain layout
+    vectorizes over output columns and has to gather ``x * stride + rx``."""
+
+    weight: str
+    weight_order: tuple[int, ...]
+    out_order: tuple[int, ...]
+
+
+def relayout_rule(op: ComputeOp) -> Relayout | None:
+    """The rewrite of `Relayout` for ``op``, if it applies: some spatial axis ``f`` other than
+    the innermost is read by exactly one input (the weight), as a bare index that is not that
+    input's last one, next to no other spatial axis (so the other inputs broadcast along
+    ``f``), and the innermost axis reaches some input through a computed index (a sliding
+    window ``x * stride + rx``). GEMM-like ops (``B[r, j]``: the innermost axis is a bare,
+    contiguous index) keep their plain layout and do not get the rewrite."""
+    spatial = [a.var for a in op.axis]
+    if len(spatial) < 2 or not op.reduce_axis or op.num_outputs != 1:
+        return None
+    loads = _scan(op.body).loads
+    last = spatial[-1]
+    if not any(last in _vars_in(i) and i is not last for ld in loads for i in ld.indices):
+        return None
+    for d, f in enumerate(spatial[:-1]):
+        users = [ld for ld in loads if any(f in _vars_in(i) for i in ld.indices)]
+        names = {ld.producer.op.name for ld in users}
+        if len(names) != 1 or op.name in names:
+            continue
+        positions = set()
+        ok = True
+        for ld in users:
+            pos = [k for k, i in enumerate(ld.indices) if f in _vars_in(i)]
+            others = set().union(*(_vars_in(i) for k, i in enumerate(ld.indices) if k not in pos))
+            if (len(pos) != 1 or ld.indices[pos[0]] is not f or pos[0] == len(ld.indices) - 1
+                    or others & set(spatial)):
+                ok = False
+            positions.update(pos)
+        if not ok or len(positions) != 1:
+            continue
+        p = positions.pop()
+        ndim = len(users[0].indices)
+        return Relayout(weight=names.pop(),
+                        weight_order=tuple(k for k in range(ndim) if k != p) + (p,),
+                        out_order=tuple(k for k in range(len(spatial)) if k != d) + (d,))
+    return None
