@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
+from .vecmath_trig import TRIG, WIDE
+
 __all__ = ["SUPPORTED", "VIA_F64", "emit_ldexp", "emit_math", "emit_nextafter", "emit_via_f64"]
 
 _INF = math.inf
@@ -136,6 +138,10 @@ class _Emitter:
     def like(self, elem: ir.Type) -> ir.Type:
         """``elem`` in this emitter's shape (same lane count, or scalar)."""
         return elem if self.lanes is None else ir.VectorType(elem, self.lanes)
+
+    def wide(self) -> _Emitter:
+        """An emitter for float64 values of this shape (to evaluate float32 math in float64)."""
+        return _Emitter(self.b, self.like(ir.DoubleType()))
 
     # -- constants and arithmetic -------------------------------------------------
     def c(self, v: float) -> ir.Constant:
@@ -574,6 +580,7 @@ _TABLE: dict[str, tuple[int, _Impl]] = {
     "pow": (2, _pow),
     "sin": (1, functools.partial(_sincos, want_cos=False)),
     "cos": (1, functools.partial(_sincos, want_cos=True)),
+    **TRIG,  # tan, asin, acos, atan, atan2 and the `VIA_F64` functions (vecmath_trig)
 }
 
 SUPPORTED: frozenset[str] = frozenset(_TABLE)
@@ -599,66 +606,12 @@ def emit_math(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Valu
 
 
 # ---- float16/float32 functions evaluated in float64 --------------------------------------
-# TVM's hyperbolic/exp10/hypot functions have no cheap float32 kernels here, but the float64
-# kernels above are accurate to ~1 ulp of float64, so evaluating the textbook formulas in
-# float64 and rounding once gives float32 results within ~0.5 ulp, in vector code (float64
-# vectors have half the lanes, still far faster than one libm call per lane). Every float32
-# value, its square and exp(|x|) for |x| < 89 are finite in float64, so nothing overflows early.
-def _exp10_wide(d: _Emitter, x: ir.Value) -> ir.Value:
-    """exp(x * ln10): x * ln10 is off by <= 2^-52 relative, i.e. ~1e-14 absolute for every
-    float32 x whose exp10 is finite, far below a float32 ulp."""
-    return _exp_impl(d, d.mul(x, d.c(math.log(10.0))))
-
-
-def _sinh_wide(d: _Emitter, x: ir.Value) -> ir.Value:
-    """sinh = (em + em / (em + 1)) / 2 with em = expm1(|x|): no cancellation near 0."""
-    ax = d.fabs(x)
-    em = _expm1(d, ax)
-    r = d.mul(d.c(0.5), d.add(em, d.div(em, d.add(em, d.c(1.0)))))
-    r = d.sel(d.cmp("==", em, d.c(_INF)), em, r)  # inf / inf would be NaN
-    return d.copysign(r, x)
-
-
-def _cosh_wide(d: _Emitter, x: ir.Value) -> ir.Value:
-    ex = _exp_impl(d, d.fabs(x))
-    return d.mul(d.c(0.5), d.add(ex, d.div(d.c(1.0), ex)))
-
-
-def _asinh_wide(d: _Emitter, x: ir.Value) -> ir.Value:
-    """asinh|x| = log1p(|x| + x^2 / (1 + sqrt(1 + x^2))) (no cancellation), sign restored."""
-    ax = d.fabs(x)
-    t = d.mul(ax, ax)
-    r = _log1p(d, d.add(ax, d.div(t, d.add(d.c(1.0), d.intr("sqrt", d.add(d.c(1.0), t))))))
-    r = d.sel(d.cmp("==", ax, d.c(_INF)), ax, r)
-    return d.copysign(r, x)
-
-
-def _acosh_wide(d: _Emitter, x: ir.Value) -> ir.Value:
-    """acosh(x) = log1p(t + sqrt(t (t + 2))) with t = x - 1 (exact): accurate near 1; x < 1
-    (and NaN) gives NaN (for x <= -1 the formula alone would not)."""
-    t = d.sub(x, d.c(1.0))
-    r = _log1p(d, d.add(t, d.intr("sqrt", d.mul(t, d.add(t, d.c(2.0))))))
-    return d.sel(d.cmp(">=", x, d.c(1.0)), r, d.c(_NAN))
-
-
-def _atanh_wide(d: _Emitter, x: ir.Value) -> ir.Value:
-    """atanh(x) = log1p(2x / (1 - x)) / 2: +-inf at +-1, NaN beyond, -0 kept."""
-    return d.mul(d.c(0.5), _log1p(d, d.div(d.add(x, x), d.sub(d.c(1.0), x))))
-
-
-def _hypot_wide(d: _Emitter, x: ir.Value, y: ir.Value) -> ir.Value:
-    """sqrt(x^2 + y^2) cannot overflow in float64 for float32 inputs; C's hypot is inf when
-    either operand is infinite, even if the other is NaN."""
-    r = d.intr("sqrt", d.add(d.mul(x, x), d.mul(y, y)))
-    inf = d.b.or_(d.cmp("==", d.fabs(x), d.c(_INF)), d.cmp("==", d.fabs(y), d.c(_INF)))
-    return d.sel(inf, d.c(_INF), r)
-
-
-VIA_F64: dict[str, tuple[int, _Impl]] = {
-    "exp10": (1, _exp10_wide), "sinh": (1, _sinh_wide), "cosh": (1, _cosh_wide),
-    "asinh": (1, _asinh_wide), "acosh": (1, _acosh_wide), "atanh": (1, _atanh_wide),
-    "hypot": (2, _hypot_wide),
-}
+# TVM's hyperbolic/exp10/hypot functions have no cheap float32 kernels, but float64 kernels
+# accurate to ~1 ulp of float64, evaluated on the widened operands and rounded once, give
+# float32 results within ~0.5 ulp, in vector code (float64 vectors have half the lanes, still
+# far faster than one libm call per lane). The kernels live in vecmath_trig (`WIDE`), written
+# to be float64-safe, so they also serve float64 itself (through `_TABLE`).
+VIA_F64: dict[str, tuple[int, _Impl]] = dict(WIDE)
 
 
 def _f64_like(t: ir.Type) -> ir.Type:

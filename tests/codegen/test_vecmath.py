@@ -26,7 +26,7 @@ I64 = ir.IntType(64)
 ELEM: dict[str, ir.Type] = {"f32": ir.FloatType(), "f64": ir.DoubleType()}
 NP: dict[str, type[np.floating]] = {"f32": np.float32, "f64": np.float64}
 LANES: dict[str, tuple[int, ...]] = {"f32": (1, 4, 16), "f64": (1, 8)}
-ARITY: dict[str, int] = {"power": 2, "pow": 2, "fma": 3}
+ARITY: dict[str, int] = {"power": 2, "pow": 2, "fma": 3, "atan2": 2, "hypot": 2}
 CASES = [(n, d, lanes) for n in sorted(SUPPORTED) for d in ("f32", "f64") for lanes in LANES[d]]
 
 Ref = Callable[..., np.ndarray]
@@ -44,7 +44,10 @@ REF: dict[str, Ref] = {
     "tanh": np.tanh, "sigmoid": _sigmoid_ref, "erf": special.erf, "abs": np.abs,
     "fabs": np.abs, "floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,
     "fma": lambda a, b, c: a * b + c, "power": np.power, "pow": np.power, "sin": np.sin,
-    "cos": np.cos,
+    "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "atan2": np.arctan2, "exp10": lambda x: np.power(10.0, x), "hypot": np.hypot,
+    "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
+    "atanh": np.arctanh,
 }
 
 
@@ -173,6 +176,38 @@ def inputs(name: str, dt: str) -> tuple[list[np.ndarray], float, float]:
         # Accurate range is |x| < 2^30 (Cephes); beyond, see test_trig_huge_is_bounded.
         return [np.concatenate([grid, special[~(np.abs(special) >= 2.0**30)]])], rtol, (
             2e-7 if f32 else 1e-15)
+    elif name == "tan":  # accurate for |x| < 2^30 like sin/cos (tests/codegen/test_vecmath_trig.py)
+        grid = np.concatenate([lin(-100, 100, 20001), lin(-1e5, 1e5, 2001),
+                               rng.uniform(-2.0**30, 2.0**30, 2001)])
+        special = np.array(SPECIAL)
+        return [np.concatenate([grid, special[~(np.abs(special) >= 2.0**30)]])], rtol, atol
+    elif name in ("asin", "acos", "atanh"):
+        grid = np.concatenate([lin(-1, 1, 20001), 1 - np.logspace(-7 if f32 else -15, 0, 2001),
+                               -np.logspace(-40 if f32 else -300, 0, 2001), [1.5, -1.5]])
+    elif name == "atan":
+        grid = np.concatenate([lin(-20, 20, 20001), np.logspace(-40 if f32 else -300, 30, 2001),
+                               -np.logspace(-40 if f32 else -300, 30, 2001)])
+    elif name == "atan2":
+        mags = np.concatenate([[0.0, 1e-40 if f32 else 5e-324, 1.0, np.inf, np.nan],
+                               np.logspace(-30, 30, 41), lin(-3, 3, 61)])
+        y, x = np.meshgrid(np.concatenate([mags, -mags]), np.concatenate([mags, -mags]))
+        return [y.ravel(), x.ravel()], rtol, atol
+    elif name in ("sinh", "cosh"):
+        big = 90.0 if f32 else 711.0
+        grid = np.concatenate([lin(-big, big, 20001), lin(-1, 1, 2001)])
+    elif name in ("asinh", "acosh"):
+        grid = np.concatenate([lin(-10, 10, 20001), np.logspace(-40 if f32 else -300, 38, 2001),
+                               -np.logspace(-40 if f32 else -300, 38, 2001),
+                               1 + np.logspace(-7 if f32 else -15, 0, 2001)])
+    elif name == "exp10":
+        grid = np.concatenate([lin(-46 if f32 else -324, 39 if f32 else 309, 20001),
+                               lin(-1, 1, 2001), np.arange(-20.0, 21.0)])
+    elif name == "hypot":
+        mags = np.concatenate([[0.0, 5e-324, 1e-40, 1.0, np.inf, np.nan],
+                               np.logspace(-320, 308, 61), np.logspace(-40, 38, 41),
+                               lin(-3, 3, 31)])
+        y, x = np.meshgrid(np.concatenate([mags, -mags]), np.concatenate([mags, -mags]))
+        return [y.ravel(), x.ravel()], rtol, atol
     elif name in ("abs", "fabs", "floor", "ceil", "round", "trunc"):
         grid = np.concatenate([lin(-50, 50, 20001), np.arange(-10.5, 10.5, 0.5), [2.0**24 + 2]])
         rtol = 0.0
@@ -224,7 +259,8 @@ def test_special_values(jit: Jit, dt: str) -> None:
     assert np.isnan(f("sin", inf)[0]) and np.isnan(f("cos", -inf)[0])
     assert f("power", 0.0, 2.0)[0] == 0 and f("power", 0.0, 0.0)[0] == 1
     assert f("power", 0.0, -1.0)[0] == inf and f("power", -2.0, 3.0)[0] == -8
-    for name in ("tanh", "erf", "sin", "expm1", "log1p", "sqrt", "trunc", "round"):
+    for name in ("tanh", "erf", "sin", "expm1", "log1p", "sqrt", "trunc", "round", "tan", "asin",
+                 "atan"):
         z = f(name, -0.0)[0]
         assert z == 0 and np.signbit(z), f"{name}(-0) lost its sign"
 
