@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
-from .vecmath_trig import TRIG, WIDE
+from .vecmath_trig import _TAN_DP, TRIG, WIDE, _libm_lanes
 
 __all__ = ["SUPPORTED", "VIA_F64", "emit_ldexp", "emit_math", "emit_nextafter", "emit_via_f64"]
 
@@ -78,7 +78,6 @@ _TANH_Q = (1.0, 1.12811678491632931402e2, 2.23548839060100448583e3, 4.8440630532
 
 # Cephes sin.c: pi/4 split in three parts (Cody-Waite), used for both dtypes, and
 # the sinf.c / sin.c minimax polynomials for sin and cos on [-pi/4, pi/4].
-_PIO4 = (7.85398125648498535156e-1, 3.77489470793079817668e-8, 2.69515142907905952645e-15)
 _SINF_P = (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1)
 _COSF_P = (2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2)
 _SIN_P = (1.58962301576546568060e-10, -2.50507477628578072866e-8, 2.75573136213857245213e-6,
@@ -502,10 +501,12 @@ def _sincos(e: _Emitter, x: ir.Value, want_cos: bool) -> ir.Value:
     """Cephes sin/cos: reduce |x| by j*pi/4 (j even), then pick the sin or cos
     polynomial and the sign from the octant j mod 8.
 
-    The reduction always runs in f64 with the three-part Cephes pi/4 (j * DP1 is
-    exact for |x| < 2^30), so f32 stays accurate far beyond the 8192 limit of an f32
-    reduction (e.g. large positional-encoding angles).  For |x| >= 2^30 (Cephes'
-    loss threshold) the result is finite and in [-1, 1] but not accurate.
+    The reduction always runs in f64 with tan's five-part pi/4 (`vecmath_trig._TAN_DP`),
+    which keeps r accurate *relative* to itself next to the zeros of sin and cos too (the
+    three-part Cephes split left float64 sin(k pi) thousands of ulp off), so f32 stays
+    accurate far beyond the 8192 limit of an f32 reduction. Finite lanes with |x| >= 2^30
+    (Cephes' loss threshold) are recomputed by libm's exact reduction in a branch taken only
+    when some lane is that large (`vecmath_trig._libm_lanes`).
     """
     b = e.b
     ax = e.fabs(x)
@@ -516,7 +517,7 @@ def _sincos(e: _Emitter, x: ir.Value, want_cos: bool) -> ir.Value:
     j = b.and_(b.add(j, ir.Constant(e.i32, 1)), ir.Constant(e.i32, -2))  # round j up to even
     yj = d.from_i32(j)
     r = axd
-    for part in _PIO4:
+    for part in _TAN_DP:
         r = d.fma(yj, d.c(-part), r)
     if not e.is64:
         r = b.fptrunc(r, e.ty)
@@ -537,7 +538,14 @@ def _sincos(e: _Emitter, x: ir.Value, want_cos: bool) -> ir.Value:
     if not want_cos:
         flip = b.xor(flip, b.and_(e.bits(x), e.ci(-(1 << (e.nbits - 1)))))
     res = e.from_bits(b.xor(e.bits(res), flip))
-    return e.sel(b.fcmp_unordered("==", ax, e.c(_INF)), e.c(_NAN), res)  # inf/NaN -> NaN
+    res = e.sel(b.fcmp_unordered("==", ax, e.c(_INF)), e.c(_NAN), res)  # inf/NaN -> NaN
+    # finite lanes beyond the reduction's range: libm's float64 sin/cos (exact reduction);
+    # a float32 result goes through float64 and back, which is exact for its value
+    xd = x if e.is64 else b.fpext(x, d.ty)
+    huge = b.and_(d.cmp(">=", d.fabs(xd), d.c(2.0**30)), d.cmp("<", d.fabs(xd), d.c(_INF)))
+    fast = res if e.is64 else b.fpext(res, d.ty)
+    out = _libm_lanes(d, "cos" if want_cos else "sin", xd, huge, fast)
+    return out if e.is64 else b.fptrunc(out, e.ty)
 
 
 # ---- Functions that are native vector instructions: plain intrinsics. ----------------

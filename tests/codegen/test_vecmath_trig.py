@@ -32,7 +32,8 @@ NP: dict[str, Callable[..., Any]] = {"tan": np.tan, "asin": np.arcsin, "acos": n
                                      "atan": np.arctan, "atan2": np.arctan2, "hypot": np.hypot,
                                      "exp10": lambda x: np.power(x.dtype.type(10), x),
                                      "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
-                                     "acosh": np.arccosh, "atanh": np.arctanh}
+                                     "acosh": np.arccosh, "atanh": np.arctanh,
+                                     "sin": np.sin, "cos": np.cos}
 WIDTH = {"float32": 8, "float64": 4}
 ULPS = {"float32": 2, "float64": 4}
 N = (1 << 15) + 3  # not a multiple of the vector width: the tail is exercised too
@@ -225,6 +226,27 @@ def test_tan_large_arguments(dtype: str) -> None:
     x = np.concatenate([big, -big, mixed]).astype(dtype)
     assert_ulps(_run("tan", dtype, [x]), _reference("tan", dtype, [x]), ULPS[dtype],
                 f"tan {dtype} large")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_sin_cos_near_their_zeros_and_beyond_2_30(name: str, dtype: str) -> None:
+    """sin and cos share tan's five-part reduction and libm lanes (vecmath._sincos): next to
+    k pi/2, where the three-part split once left float64 sin(k pi) thousands of ulp off, and
+    for huge arguments (libm's exact reduction), also in vectors where only some lanes are."""
+    rng = np.random.default_rng(5)
+    k = np.concatenate([np.arange(1, 400), rng.integers(1, int(TAN_ACCURATE_BELOW / 1.58), 3000)])
+    pi_ld = np.longdouble("3.14159265358979323846264338327950288")
+    near = (k.astype(np.longdouble) * pi_ld / 2).astype(dtype)
+    big = np.ldexp(rng.uniform(1, 2, 2000), rng.integers(30, 127 if dtype == "float32" else 1023, 2000))
+    mixed = np.where(rng.uniform(size=2000) < 0.3, big, rng.uniform(-3, 3, 2000))
+    with np.errstate(all="ignore"):
+        x = np.concatenate([near, np.nextafter(near, np.inf), big.astype(dtype), mixed.astype(dtype)])
+    x = np.concatenate([x, -x, np.array([0.0, -0.0], dtype)])
+    got = _run(name, dtype, [x])
+    assert_ulps(got, _reference(name, dtype, [x]), ULPS[dtype], f"{name} {dtype} near k pi/2 / huge")
+    if name == "sin":
+        assert np.signbit(got[-1]) and not np.signbit(got[-2])  # sin(-0) = -0
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
