@@ -381,11 +381,17 @@ class Stage:
 
 
 class _ReplaceLoads(ExprMutator):
+    """Loads of the (op, output) keys of ``vmap`` read its tensor instead, their indices in
+    the order ``perm`` (index k of the new load is index ``perm[k]`` of the old: a copy
+    that stores its dimensions permuted); ``var_map``/``iv_map`` rename variables and
+    reduction axes."""
+
     def __init__(self, vmap: dict[tuple[int, int], Tensor], var_map: dict[Var, Expr] | None = None,
-                 iv_map: dict[IterVar, IterVar] | None = None) -> None:
+                 iv_map: dict[IterVar, IterVar] | None = None, perm: Sequence[int] | None = None) -> None:
         self.vmap = vmap
         self.var_map = var_map or {}
         self.iv_map = iv_map or {}
+        self.perm = perm
 
     def visit_Var(self, e: Var) -> Expr:  # type: ignore[override]
         return self.var_map.get(e, e)
@@ -395,6 +401,8 @@ class _ReplaceLoads(ExprMutator):
         t = self.vmap.get((id(e.producer.op), e.producer.value_index))
         if t is None and all(x is y for x, y in zip(idx, e.indices)):
             return e
+        if t is not None and self.perm is not None:
+            idx = tuple(idx[d] for d in self.perm)
         return ProducerLoad(t if t is not None else e.producer, idx)
 
     def visit_Reduce(self, e: Reduce) -> Expr:
@@ -478,22 +486,32 @@ class Schedule:
     # body-changing primitives ---------------------------------------------------------------
     def cache_read(self, tensor: Tensor, scope: str, readers: Sequence[Tensor | Operation]) -> Tensor:
         """Copy ``tensor`` into a new stage that ``readers`` read instead (e.g. packing)."""
+        return self._cache_read(tensor, scope, readers, None, "cache_read")
+
+    def _cache_read(self, tensor: Tensor, scope: str, readers: Sequence[Tensor | Operation],
+                    perm: Sequence[int] | None, what: str) -> Tensor:
+        """`cache_read`, with the copy's dimension k the tensor's dimension ``perm[k]`` when
+        ``perm`` is given (`tecomp.te.layout.cache_read_layout`; checked there)."""
         src = self[tensor]
         cur = src.op.output(tensor.value_index) if src.op is not tensor.op else tensor
-        axis = [IterVar(Range(const(0, d.dtype), d), AxisVar(f"ax{k}", "int32"), IterVarKind.DATA_PAR)
-                for k, d in enumerate(cur.shape)]
-        cache_op = ComputeOp(f"{cur.op.name}.{scope}", axis, [cur[tuple(a.var for a in axis)]])
+        dims = list(perm) if perm is not None else list(range(len(cur.shape)))
+        axis = [IterVar(Range(const(0, cur.shape[d].dtype), cur.shape[d]), AxisVar(f"ax{k}", "int32"),
+                        IterVarKind.DATA_PAR) for k, d in enumerate(dims)]
+        idx: list[Expr] = [const(0)] * len(dims)
+        for k, d in enumerate(dims):
+            idx[d] = axis[k].var
+        cache_op = ComputeOp(f"{cur.op.name}.{scope}", axis, [cur[tuple(idx)]])
         cache_t = cache_op.output(0)
         reader_stages = [self[r] for r in readers]
         if not reader_stages:
-            raise ScheduleError(f"cache_read of {tensor.name}: give at least one reader")
+            raise ScheduleError(f"{what} of {tensor.name}: give at least one reader")
         # Readers load the tensor through whichever op of ``src`` they were declared with (an
         # earlier cache_read/cache_write/rfactor may have replaced src.op since).
         src_ops = [o for o, s2 in self._by_op.items() if s2 is src]
         for rs in reader_stages:
             if not any(self._by_op.get(x.op) is src and x.value_index == cur.value_index
                        for x in rs.op.input_tensors):
-                raise ScheduleError(f"cache_read: stage {rs.name} does not read {tensor.name}")
+                raise ScheduleError(f"{what}: stage {rs.name} does not read {tensor.name}")
         first = min(reader_stages, key=self.stages.index)
         st = Stage(cache_op, self)
         st.scope = scope
@@ -501,7 +519,7 @@ class Schedule:
         for rs in reader_stages:
             op = rs.op
             assert isinstance(op, ComputeOp)
-            m = _ReplaceLoads({(id(o), cur.value_index): cache_t for o in src_ops})
+            m = _ReplaceLoads({(id(o), cur.value_index): cache_t for o in src_ops}, perm=perm)
             new_op = ComputeOp(op.name, op.axis, [m.visit(b) for b in op.body], op.tag, op.attrs)
             new_op.reduce_axis = op.reduce_axis
             self._replace_op(rs, new_op, keep_axes=True)
@@ -509,14 +527,20 @@ class Schedule:
 
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
         """Compute ``tensor`` into a new stage; the original stage becomes a copy out of it."""
+        return self._cache_write(tensor, scope, None, "cache_write")
+
+    def _cache_write(self, tensor: Tensor, scope: str, perm: Sequence[int] | None, what: str) -> Tensor:
+        """`cache_write`, with the cache's axis k the stage's axis ``perm[k]`` when ``perm`` is
+        given (`tecomp.te.layout.cache_write_layout`; checked there)."""
         st = self[tensor]
         op = st.op
         if not isinstance(op, ComputeOp):
-            raise ScheduleError(f"cache_write: {tensor.name} is a placeholder")
+            raise ScheduleError(f"{what}: {tensor.name} is a placeholder")
         if op.num_outputs != 1:
-            raise ScheduleError(f"cache_write: {op.name} has several outputs (unsupported)")
+            raise ScheduleError(f"{what}: {op.name} has several outputs (unsupported)")
         if st.relations or any(a.kind for a in st.iter_var_attrs.values()):
-            raise ScheduleError(f"cache_write on stage {op.name} must come before other primitives")
+            raise ScheduleError(f"{what} on stage {op.name} must come before other primitives")
+        dims = list(perm) if perm is not None else list(range(len(op.axis)))
         # As in TVM (CacheWriteWithReLayout): the cache stage gets fresh spatial axes but keeps
         # the declared reduce axes, and the stage of ``tensor`` keeps its declared spatial axes
         # in its new (copy) operation, so ``s[C].split(C.op.axis[0])`` and
@@ -524,14 +548,14 @@ class Schedule:
         # operation leaves the schedule, so no IterVar ends up in two stages.
         var_map: dict[Var, Expr] = {}
         axis = []
-        for a in op.axis:
+        for a in (op.axis[d] for d in dims):
             na = IterVar(a.dom, AxisVar(a.var.name + ".c", a.var.dtype), a.kind)
             axis.append(na)
             var_map[a.var] = na.var
         m = _ReplaceLoads({}, var_map)
         cache_op = ComputeOp(f"{op.name}.{scope}", axis, [m.visit(b) for b in op.body])
         cache_t = cache_op.output(0)
-        copy_op = ComputeOp(op.name, list(op.axis), [cache_t[tuple(a.var for a in op.axis)]],
+        copy_op = ComputeOp(op.name, list(op.axis), [cache_t[tuple(op.axis[d].var for d in dims)]],
                             op.tag, op.attrs)
         cst = Stage(cache_op, self)
         cst.scope = scope
