@@ -210,16 +210,11 @@ class TcGemm:
     k: int
 
 
-def tc_gemm_operands(op: Any) -> TcGemm | None:
-    """The GEMM of ``op`` when it is ``C[i, j] = sum_k float32(A[i, k]) * float32(B[k, j])``
-    or ``C[b, i, j] = sum_k float32(A[b, i, k]) * float32(B[b, k, j])`` with A and B float16
-    or bfloat16 placeholders of one dtype and m, n, k multiples of 16 (exactly: the
-    tensor-core sketch does not pad); else None."""
-    from tecomp.ir.expr import Cast, Mul, ProducerLoad, Reduce, Var
-    from tecomp.te.tensor import PlaceholderOp
+def _f32_sum_of_products(op: ComputeOp) -> tuple[Any, Any] | None:
+    """The two loads of ``op`` when its one float32 output is ``sum(float32(X[..]) *
+    float32(Y[..]))`` (what a tensor-core mma computes), else None."""
+    from tecomp.ir.expr import Cast, Mul, ProducerLoad, Reduce
 
-    if not isinstance(op, ComputeOp) or len(op.axis) not in (2, 3) or len(op.reduce_axis) != 1:
-        return None
     if op.num_outputs != 1 or op.output(0).dtype != "float32" or len(op.body) != 1:
         return None
     red = op.body[0]
@@ -233,6 +228,22 @@ def tc_gemm_operands(op: Any) -> TcGemm | None:
         if not (isinstance(e, Cast) and e.dtype == "float32" and isinstance(e.value, ProducerLoad)):
             return None
         loads.append(e.value)
+    return loads[0], loads[1]
+
+
+def tc_gemm_operands(op: Any) -> TcGemm | None:
+    """The GEMM of ``op`` when it is ``C[i, j] = sum_k float32(A[i, k]) * float32(B[k, j])``
+    or ``C[b, i, j] = sum_k float32(A[b, i, k]) * float32(B[b, k, j])`` with A and B float16
+    or bfloat16 placeholders of one dtype and m, n, k multiples of 16 (exactly: the
+    tensor-core sketch does not pad); else None."""
+    from tecomp.ir.expr import Var
+    from tecomp.te.tensor import PlaceholderOp
+
+    if not isinstance(op, ComputeOp) or len(op.axis) not in (2, 3) or len(op.reduce_axis) != 1:
+        return None
+    loads = _f32_sum_of_products(op)
+    if loads is None:
+        return None
     la, lb = loads
     *batch, i, j = (a.var for a in op.axis)
     r = op.reduce_axis[0].var
@@ -353,25 +364,15 @@ def tc_conv_operands(op: Any) -> TcConv | None:
     divide (CI, CO multiples of 16; OW a multiple of 2 and OH of 16 / the largest power of two
     up to 16 dividing OW); else None."""
     from tecomp.arith.simplify import simplify
-    from tecomp.ir.expr import Cast, IntImm, Mul, ProducerLoad, Reduce, Var, const
+    from tecomp.ir.expr import IntImm, Var, const
     from tecomp.ir.functor import substitute
     from tecomp.te.tensor import PlaceholderOp
 
     if not isinstance(op, ComputeOp) or len(op.axis) != 4 or len(op.reduce_axis) != 3:
         return None
-    if op.num_outputs != 1 or op.output(0).dtype != "float32" or len(op.body) != 1:
+    loads = _f32_sum_of_products(op)
+    if loads is None:
         return None
-    red = op.body[0]
-    if not (isinstance(red, Reduce) and getattr(red.combiner, "name", "") == "sum" and len(red.source) == 1):
-        return None
-    mul = red.source[0]
-    if not isinstance(mul, Mul):
-        return None
-    loads = []
-    for e in (mul.a, mul.b):
-        if not (isinstance(e, Cast) and e.dtype == "float32" and isinstance(e.value, ProducerLoad)):
-            return None
-        loads.append(e.value)
     lp, lw = loads
     n, oh, ow, co = (a.var for a in op.axis)
     rvars = {r.var: r for r in op.reduce_axis}
