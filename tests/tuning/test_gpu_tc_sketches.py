@@ -4,7 +4,6 @@ row softmax, and the launch filter counting a cp.async ring's slots of shared me
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tuning_workloads as wl
+from standin_tuning import tune_with_standin
 
 import tecomp as tc
 import tuning
@@ -192,23 +192,8 @@ def test_batch_matmul_tensor_core_candidate_passes_ptxas_for_sm_80() -> None:
 @pytest.mark.slow  # 15-30 s on a 2-core machine (worker pools, every candidate emulated)
 def test_tune_batch_matmul_tensor_core_end_to_end_with_the_emulating_stand_in(tmp_path: Path, standin: None) -> None:
     task = SearchTask(batch_matmul_tc, (2, 16, 16, 32), target=CUDA)
-    log = tmp_path / "bmm.jsonl"
-    builder, runner = GpuBuilder(n_workers=2), EmulatingRunner(timeout=60)
-    try:
-        (res,) = tuning.tune([task], trials=4, batch_size=2, log=str(log), seed=0, builder=builder,
-                             runner=runner, progress=False, remeasure=0,
-                             search=tuning.SearchOptions(population=6, generations=1, fresh_pool=6))
-    finally:
-        builder.close()
-        runner.close()
-    assert res.trials == 4 and math.isfinite(res.best_cost)
-    recs = load_records(str(log))
-    assert len(recs) == 4 and all(r.error == MeasureErrorNo.NO_ERROR for r in recs), [r.error_msg for r in recs]
-    tc_recs = [r for r in recs if any(isinstance(s, TensorCoreStep) for s in r.steps)]
-    assert tc_recs and all(r.timing == STANDIN_TIMING for r in tc_recs)
-    rec = tc_recs[0]
-    c = task.make_space().instantiate(rec.sketch, dict(rec.params))  # type: ignore[arg-type]
-    assert c is not None and c.key == rec.key
+    tune_with_standin(task, tmp_path / "bmm.jsonl", trials=4, batch_size=2, seed=0, population=6,
+                      step_type=TensorCoreStep)
 
 
 # conv2d via implicit GEMM on tensor cores -------------------------------------------------------
@@ -320,23 +305,8 @@ def test_conv2d_tensor_core_candidate_passes_ptxas_for_sm_80() -> None:
 @pytest.mark.slow  # ~15-30 s on a 2-core machine: every tensor-core candidate is emulated
 def test_tune_conv2d_tensor_core_end_to_end_with_the_emulating_stand_in(tmp_path: Path, standin: None) -> None:
     task = SearchTask(conv2d_nhwc_tc, (1, 4, 4, 16, 16, 3, 1, 1), target=CUDA)
-    log = tmp_path / "conv.jsonl"
-    builder, runner = GpuBuilder(n_workers=2), EmulatingRunner(timeout=60)
-    try:
-        (res,) = tuning.tune([task], trials=4, batch_size=2, log=str(log), seed=2, builder=builder,
-                             runner=runner, progress=False, remeasure=0,
-                             search=tuning.SearchOptions(population=6, generations=1, fresh_pool=6))
-    finally:
-        builder.close()
-        runner.close()
-    assert res.trials == 4 and math.isfinite(res.best_cost)
-    recs = load_records(str(log))
-    assert len(recs) == 4 and all(r.error == MeasureErrorNo.NO_ERROR for r in recs), [r.error_msg for r in recs]
-    conv_recs = [r for r in recs if any(isinstance(s, TensorCoreConvStep) for s in r.steps)]
-    assert conv_recs and all(r.timing == STANDIN_TIMING for r in conv_recs)
-    rec = conv_recs[0]
-    c = task.make_space().instantiate(rec.sketch, dict(rec.params))  # type: ignore[arg-type]
-    assert c is not None and c.key == rec.key
+    tune_with_standin(task, tmp_path / "conv.jsonl", trials=4, batch_size=2, seed=2, population=6,
+                      step_type=TensorCoreConvStep)
 
 
 # 2-D thread blocks in the SIMT tiling -----------------------------------------------------------

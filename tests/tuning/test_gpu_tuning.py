@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tuning_workloads as wl
+from standin_tuning import tune_with_standin
 
 import tecomp as tc
 import tuning
@@ -326,21 +327,5 @@ def test_tensor_core_sketch_bfloat16_sample_matches_numpy() -> None:
 
 def test_tune_tensor_core_gemm_end_to_end_with_the_emulating_stand_in(tmp_path: Path, standin: None) -> None:
     task = SearchTask(wl.matmul_tc, (32, 32, 64), target=CUDA)
-    log = tmp_path / "tc.jsonl"
-    builder, runner = GpuBuilder(n_workers=2), EmulatingRunner(timeout=60)
-    try:
-        (res,) = tuning.tune([task], trials=6, batch_size=3, log=str(log), seed=0, builder=builder,
-                             runner=runner, progress=False, remeasure=0,
-                             search=tuning.SearchOptions(population=8, generations=1, fresh_pool=8))
-    finally:
-        builder.close()
-        runner.close()
-    assert res.trials == 6 and math.isfinite(res.best_cost)
-    recs = load_records(str(log))
-    assert len(recs) == 6 and all(r.error == MeasureErrorNo.NO_ERROR for r in recs), [r.error_msg for r in recs]
-    tc_recs = [r for r in recs if any(isinstance(s, TensorCoreStep) for s in r.steps)]
-    assert tc_recs and all(r.timing == STANDIN_TIMING for r in tc_recs)
-    # a tensor-core record replays from its knobs
-    rec = tc_recs[0]
-    c = task.make_space().instantiate(rec.sketch, dict(rec.params))  # type: ignore[arg-type]
-    assert c is not None and c.key == rec.key
+    tune_with_standin(task, tmp_path / "tc.jsonl", trials=6, batch_size=3, seed=0, population=8,
+                      step_type=TensorCoreStep)
