@@ -90,4 +90,45 @@ def softmax(n: int, m: int) -> list[te.Tensor]:
     return [A, out]
 
 
-STANDARD = {f.__name__: f for f in (matmul, batch_matmul, conv2d, depthwise_conv2d, softmax)}
+@register_workload
+def dense(n: int, k: int, m: int) -> list[te.Tensor]:
+    """A linear layer as PyTorch lays it out: ``Y = X @ W.T + b`` with ``W`` of shape
+    ``(m, k)`` (fp32)."""
+    X = te.placeholder((n, k), "float32", name="X")
+    W = te.placeholder((m, k), "float32", name="W")
+    b = te.placeholder((m,), "float32", name="b")
+    r = te.reduce_axis((0, k), name="r")
+    Y = te.compute((n, m), lambda i, j: te.sum(X[i, r] * W[j, r], axis=r), name="Y")
+    out = te.compute((n, m), lambda i, j: Y[i, j] + b[j], name="out")
+    return [X, W, b, out]
+
+
+@register_workload
+def dense_relu(n: int, k: int, m: int) -> list[te.Tensor]:
+    """``relu(X @ W.T + b)``: `dense` with its activation as an epilogue (fp32)."""
+    X, W, b, lin = dense(n, k, m)
+    out = te.compute((n, m), lambda i, j: te.max(lin[i, j], 0.0), name="relu")
+    return [X, W, b, out]
+
+
+@register_workload
+def layer_norm(n: int, m: int) -> list[te.Tensor]:
+    """Layer normalisation of the rows of an ``n x m`` fp32 matrix with a per-column scale and
+    shift, eps 1e-5 (PyTorch's ``layer_norm(x, (m,), gamma, beta)``): the mean, then the
+    variance about it, then one normalising pass."""
+    X = te.placeholder((n, m), "float32", name="X")
+    gamma = te.placeholder((m,), "float32", name="gamma")
+    beta = te.placeholder((m,), "float32", name="beta")
+    k1 = te.reduce_axis((0, m), name="k1")
+    total = te.compute((n,), lambda i: te.sum(X[i, k1], axis=k1), name="total")
+    inv_m = 1.0 / m
+    k2 = te.reduce_axis((0, m), name="k2")
+    sq = te.compute((n,), lambda i: te.sum((X[i, k2] - total[i] * inv_m) * (X[i, k2] - total[i] * inv_m),
+                                           axis=k2), name="sqdev")
+    out = te.compute((n, m), lambda i, j: (X[i, j] - total[i] * inv_m) * te.rsqrt(sq[i] * inv_m + 1e-5)
+                     * gamma[j] + beta[j], name="out")
+    return [X, gamma, beta, out]
+
+
+STANDARD = {f.__name__: f for f in (matmul, batch_matmul, conv2d, depthwise_conv2d, softmax, dense, dense_relu,
+                                    layer_norm)}

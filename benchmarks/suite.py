@@ -1,0 +1,256 @@
+"""The operator suite: the unique conv layers of ResNet-50, MobileNet-V2's depthwise and
+pointwise layers, and BERT-base's dense / batch-matmul / softmax / layer-norm operators at
+sequence 128 (batch 1, fp32), tuned together under one budget by the gradient task
+scheduler, then each best kernel checked against PyTorch and timed interleaved with it.
+
+    python benchmarks/suite.py --trials 3000 --log suite.jsonl      # the real run (hours)
+    python benchmarks/suite.py --ops bert --trials 64               # a quick look at one net
+    python benchmarks/suite.py --log suite.jsonl --trials 0         # re-time an existing log
+
+Prints one row per operator: tecomp and PyTorch ms per call (best of interleaved rounds on
+the same arrays), the ratio (PyTorch time / tecomp time: above 1 is faster than PyTorch), and
+the speed as a fraction of this machine's peak (benchmarks/peak.py: GFLOP/s of the fp32 FMA
+peak for compute-bound operators, GB/s of the streaming bandwidth for memory-bound ones);
+then the geometric mean of the ratios and the end-to-end latency of each network weighted by
+how often each operator occurs in it. The log resumes: run the same command again to go on.
+Needs PyTorch (the CPU build) for the comparison; without it only tecomp's times print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from peak import Peak  # noqa: E402
+from peak import measure as measure_peak  # noqa: E402
+from timing import best_of  # noqa: E402
+
+import tecomp as tc  # noqa: E402
+import tuning  # noqa: E402
+from tuning import workloads as wl  # noqa: E402
+from tuning.measure import aligned_empty  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Op:
+    net: str
+    name: str
+    workload: Callable[..., Any]
+    args: tuple[Any, ...]
+    weight: int  # occurrences in the network's forward pass
+    bound: str = "compute"  # or "memory": which peak its speed is a fraction of
+
+
+def _conv(net: str, name: str, ci: int, hw: int, co: int, k: int, stride: int, weight: int) -> Op:
+    return Op(net, name, wl.conv2d, (1, ci, hw, hw, co, k, k, stride, k // 2), weight)
+
+
+# ResNet-50 v1.5 at 224x224 (the stride on the 3x3 of each first bottleneck); weights count
+# the layers of each shape in the network
+RESNET = [
+    _conv("resnet50", "stem 7x7 s2", 3, 224, 64, 7, 2, 1),
+    _conv("resnet50", "l1 1x1 64->64", 64, 56, 64, 1, 1, 1),
+    _conv("resnet50", "l1 3x3 64", 64, 56, 64, 3, 1, 3),
+    _conv("resnet50", "l1 1x1 64->256", 64, 56, 256, 1, 1, 4),
+    _conv("resnet50", "l1 1x1 256->64", 256, 56, 64, 1, 1, 2),
+    _conv("resnet50", "l2 1x1 256->128", 256, 56, 128, 1, 1, 1),
+    _conv("resnet50", "l2 3x3 128 s2", 128, 56, 128, 3, 2, 1),
+    _conv("resnet50", "l2 1x1 128->512", 128, 28, 512, 1, 1, 4),
+    _conv("resnet50", "l2 down 1x1 256->512 s2", 256, 56, 512, 1, 2, 1),
+    _conv("resnet50", "l2 1x1 512->128", 512, 28, 128, 1, 1, 3),
+    _conv("resnet50", "l2 3x3 128", 128, 28, 128, 3, 1, 3),
+    _conv("resnet50", "l3 1x1 512->256", 512, 28, 256, 1, 1, 1),
+    _conv("resnet50", "l3 3x3 256 s2", 256, 28, 256, 3, 2, 1),
+    _conv("resnet50", "l3 1x1 256->1024", 256, 14, 1024, 1, 1, 6),
+    _conv("resnet50", "l3 down 1x1 512->1024 s2", 512, 28, 1024, 1, 2, 1),
+    _conv("resnet50", "l3 1x1 1024->256", 1024, 14, 256, 1, 1, 5),
+    _conv("resnet50", "l3 3x3 256", 256, 14, 256, 3, 1, 5),
+    _conv("resnet50", "l4 1x1 1024->512", 1024, 14, 512, 1, 1, 1),
+    _conv("resnet50", "l4 3x3 512 s2", 512, 14, 512, 3, 2, 1),
+    _conv("resnet50", "l4 1x1 512->2048", 512, 7, 2048, 1, 1, 3),
+    _conv("resnet50", "l4 down 1x1 1024->2048 s2", 1024, 14, 2048, 1, 2, 1),
+    _conv("resnet50", "l4 1x1 2048->512", 2048, 7, 512, 1, 1, 2),
+    _conv("resnet50", "l4 3x3 512", 512, 7, 512, 3, 1, 2),
+]
+
+
+def _dw(c: int, hw: int, stride: int, weight: int) -> Op:
+    return Op("mobilenet_v2", f"dw 3x3 {c}@{hw} s{stride}", wl.depthwise_conv2d,
+              (1, c, hw, hw, 3, 3, stride, 1), weight, "memory")
+
+
+def _pw(ci: int, hw: int, co: int, weight: int) -> Op:
+    return Op("mobilenet_v2", f"pw 1x1 {ci}->{co}@{hw}", wl.conv2d, (1, ci, hw, hw, co, 1, 1, 1, 0), weight)
+
+
+# MobileNet-V2's depthwise layers and a representative set of its pointwise ones
+MOBILENET = [
+    _dw(32, 112, 1, 1), _dw(96, 112, 2, 1), _dw(144, 56, 1, 1), _dw(144, 56, 2, 1),
+    _dw(192, 28, 1, 2), _dw(192, 28, 2, 1), _dw(384, 14, 1, 4), _dw(576, 14, 1, 2),
+    _dw(576, 14, 2, 1), _dw(960, 7, 1, 3),
+    _pw(32, 112, 16, 1), _pw(16, 112, 96, 1), _pw(96, 56, 24, 1), _pw(24, 56, 144, 2),
+    _pw(144, 28, 32, 1), _pw(32, 28, 192, 3), _pw(192, 14, 64, 1), _pw(64, 14, 384, 4),
+    _pw(384, 14, 96, 1), _pw(96, 14, 576, 3), _pw(576, 7, 160, 1), _pw(160, 7, 960, 3),
+    _pw(960, 7, 320, 1), _pw(320, 7, 1280, 1),
+]
+
+# BERT-base at sequence 128, batch 1: 12 layers of QKV and output projections, the FFN, the
+# attention's two batch matmuls over 12 heads, its softmax and two layer norms
+BERT = [
+    Op("bert_base", "dense 768->768 (qkv, out)", wl.dense, (128, 768, 768), 48),
+    Op("bert_base", "dense+relu 768->3072 (ffn1)", wl.dense_relu, (128, 768, 3072), 12),
+    Op("bert_base", "dense 3072->768 (ffn2)", wl.dense, (128, 3072, 768), 12),
+    Op("bert_base", "bmm q.kT 12x128x64x128", wl.batch_matmul, (12, 128, 64, 128), 12),
+    Op("bert_base", "bmm attn.v 12x128x128x64", wl.batch_matmul, (12, 128, 128, 64), 12),
+    Op("bert_base", "softmax 1536x128", wl.softmax, (12 * 128, 128), 12, "memory"),
+    Op("bert_base", "layernorm 128x768", wl.layer_norm, (128, 768), 24, "memory"),
+]
+
+NETS = {"resnet50": RESNET, "mobilenet_v2": MOBILENET, "bert": BERT}
+
+
+def torch_fn(op: Op, ins: list[np.ndarray]) -> Callable[[], Any]:
+    """PyTorch's kernel for ``op`` on the same numpy arrays."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    t = [torch.from_numpy(a) for a in ins]
+    w = op.workload
+    if w is wl.conv2d:
+        stride, pad = op.args[7], op.args[8]
+        return lambda: F.conv2d(t[0], t[1], stride=stride, padding=pad)
+    if w is wl.depthwise_conv2d:
+        c, stride, pad = op.args[1], op.args[6], op.args[7]
+        w4 = t[1].reshape(c, 1, op.args[4], op.args[5])
+        return lambda: F.conv2d(t[0], w4, stride=stride, padding=pad, groups=c)
+    if w is wl.dense:
+        return lambda: F.linear(t[0], t[1], t[2])
+    if w is wl.dense_relu:
+        return lambda: torch.relu(F.linear(t[0], t[1], t[2]))
+    if w is wl.batch_matmul:
+        return lambda: torch.bmm(t[0], t[1])
+    if w is wl.softmax:
+        return lambda: torch.softmax(t[0], dim=1)
+    if w is wl.layer_norm:
+        return lambda: F.layer_norm(t[0], (op.args[1],), t[1], t[2], eps=1e-5)
+    raise ValueError(f"no PyTorch reference for {op.name}")
+
+
+def _traffic(task: tuning.SearchTask) -> int:
+    return sum(math.prod(int(d.value) for d in t.shape) * np.dtype(t.dtype).itemsize  # type: ignore[attr-defined]
+               for t in task.tensors)
+
+
+def evaluate(op: Op, task: tuning.SearchTask, log: str, rounds: int, pk: Peak, have_torch: bool) -> dict[str, Any]:
+    """Build the log's best schedule of ``task``, check it against PyTorch and time both,
+    interleaved, on the same 64-byte aligned arrays."""
+    row: dict[str, Any] = {"op": op, "task": task}
+    try:
+        s, args = task.apply_best(log)
+    except tuning.NoValidRecordError:
+        row["error"] = "no valid record"
+        return row
+    f = tc.build(s, args, target=task.target)
+    rng = np.random.default_rng(0)
+    ins = []
+    for t in task.tensors[:-1]:
+        a = aligned_empty(tuple(int(d.value) for d in t.shape), t.dtype)  # type: ignore[attr-defined]
+        a[...] = rng.uniform(-1, 1, a.shape)
+        ins.append(a)
+    out = aligned_empty(tuple(int(d.value) for d in task.tensors[-1].shape), "float32")  # type: ignore[attr-defined]
+    f(*ins, out)
+    ev = f.time_evaluator(number=1, repeat=1, min_repeat_ms=50)
+    ours: list[float] = []
+    theirs: list[float] = []
+    ref_fn = torch_fn(op, ins) if have_torch else None
+    if ref_fn is not None:
+        ref = ref_fn().numpy()
+        scale = float(np.sqrt(np.mean(np.square(ref, dtype=np.float64)))) or 1.0
+        err = float(np.max(np.abs(out - ref))) / scale
+        if err > 1e-3:
+            row["error"] = f"differs from PyTorch: max error {err:.2g} of the output's RMS"
+            return row
+    for _ in range(rounds):
+        ours.append(ev(*ins, out).mean)
+        if ref_fn is not None:
+            theirs.append(best_of(ref_fn, repeat=3, number=max(1, int(0.02 / max(ours[-1], 1e-7)))))
+    row["ms"] = min(ours) * 1e3
+    if theirs:
+        row["torch_ms"] = min(theirs) * 1e3
+        row["ratio"] = statistics.median(t / o for t, o in zip(theirs, ours))
+    secs = min(ours)
+    if op.bound == "memory":
+        gbs = _traffic(task) / secs / 1e9
+        row["peak"] = f"{gbs:.1f} GB/s, {pk.memory_note(gbs)}"
+    else:
+        gflops = task.flop_ct / secs / 1e9
+        row["peak"] = f"{gflops:.1f} GFLOP/s, {pk.compute_note(gflops)}"
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", nargs="*", default=list(NETS), choices=list(NETS),
+                    help="which networks' operators (default: all)")
+    ap.add_argument("--trials", type=int, default=None,
+                    help="tuning budget shared by every operator (default: 64 per operator); 0 only re-times the log")
+    ap.add_argument("--log", default="suite.jsonl")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per operator")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    ops = [op for net in a.ops for op in NETS[net]]
+    tasks = [tuning.SearchTask(op.workload, op.args, target="llvm") for op in ops]
+    budget = 64 * len(tasks) if a.trials is None else a.trials
+    try:
+        import torch  # noqa: F401
+
+        have_torch = True
+    except ImportError:
+        have_torch = False
+        print("PyTorch is not installed: tecomp's times only (pip install torch, the CPU build)")
+    if budget:
+        # one budget, spent where the weighted end-to-end latency gains most
+        tuning.tune(tasks, trials=budget, log=a.log, seed=a.seed, weights=[op.weight for op in ops])
+    pk = measure_peak(quick=True, verbose=False)
+    print(f"\nmachine: {pk.cpu_name} ({pk.llvm_cpu}, {pk.isa}, {pk.cores} cores): FMA peak "
+          f"{pk.fma_gflops:.1f} GFLOP/s, bandwidth {pk.bandwidth_gbs:.1f} GB/s; log {a.log}\n")
+    rows = [evaluate(op, t, a.log, a.rounds, pk, have_torch) for op, t in zip(ops, tasks)]
+    print(f"{'net':13s} {'operator':28s} {'x':>3s} {'tecomp ms':>10s} {'torch ms':>9s} {'ratio':>6s}  peak")
+    for r in rows:
+        op = r["op"]
+        if "error" in r:
+            print(f"{op.net:13s} {op.name:28s} {op.weight:3d}  {r['error']}")
+            continue
+        tm = f"{r['torch_ms']:9.3f}" if "torch_ms" in r else f"{'-':>9s}"
+        ratio = f"{r['ratio']:5.2f}x" if "ratio" in r else f"{'-':>6s}"
+        print(f"{op.net:13s} {op.name:28s} {op.weight:3d} {r['ms']:10.3f} {tm} {ratio}  {r['peak']}")
+    ratios = [r["ratio"] for r in rows if "ratio" in r]
+    if ratios:
+        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        print(f"\ngeometric mean of the ratios: {geo:.2f}x over {len(ratios)} operators; lowest "
+              f"{min(ratios):.2f}x ({min((r for r in rows if 'ratio' in r), key=lambda r: r['ratio'])['op'].name})")
+    for net in a.ops:
+        mine = [r for r in rows if r["op"].net == NETS[net][0].net and "ms" in r]
+        if not mine:
+            continue
+        ours = sum(r["op"].weight * r["ms"] for r in mine)
+        line = f"{NETS[net][0].net}: weighted latency of these operators {ours:.2f} ms"
+        if all("torch_ms" in r for r in mine):
+            theirs = sum(r["op"].weight * r["torch_ms"] for r in mine)
+            line += f", PyTorch {theirs:.2f} ms ({theirs / ours:.2f}x)"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
