@@ -3,6 +3,7 @@
     tecomp tune matmul --args 512 512 512 --trials 64 --log mm.jsonl
     tecomp tune my_ops.py:gelu --args 4096 --log gelu.jsonl
     tecomp show-log mm.jsonl
+    tecomp show-log mm.jsonl --retime 3           # do the log's best 3 still run that fast?
     tecomp export --log mm.jsonl -o out/          # out/kernels.so + kernels.h + kernels.json
 
 A workload is the name of a standard one (``tuning.workloads``: matmul, batch_matmul, conv2d,
@@ -127,39 +128,72 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
         print(f"{ns.log}: no records")
         return 0
     from .records import aggregate, load_model_quality
+    from .speed import SpeedIndex
 
+    # candidates measured at different times are compared by their normalised cost
+    # (tuning.speed); the raw mean of the best is shown beside it
+    index = SpeedIndex.from_records(r for recs in groups.values() for r in recs)
     # the cost model's ranking quality on held-out batches, averaged per task
     quality: dict[str, list[tuple[float, float]]] = {}
     for q in load_model_quality(ns.log):
         quality.setdefault(q.task_key, []).append((q.pairwise_acc, q.topk_recall))
     labels = _machine_labels(groups)
-    rows = [("task", "target", "records", "valid", "errors", "best ms", "GFLOP/s", "rank acc", "top-k",
-             "measured on")]
+    rows = [("task", "target", "records", "valid", "errors", "best ms", "raw ms", "GFLOP/s", "rank acc",
+             "top-k", "measured on")]
     for recs in groups.values():
         r0 = recs[0]
         # one row per candidate, judged on all its timings (as best_record and apply_best)
-        valid = aggregate(recs)
+        valid = aggregate(recs, index)
         errs: dict[str, int] = {}
         for r in recs:
             if not r.valid:
                 errs[r.error.name] = errs.get(r.error.name, 0) + 1
-        best = min((r.mean for r in valid), default=float("nan"))
+        top = min(valid, key=lambda r: (index.cost(r), r.timestamp)) if valid else None
+        best = index.cost(top) if top is not None else float("nan")
         task, _ = r0.task_or_why()
         gf = f"{task.flop_ct / best / 1e9:.1f}" if task is not None and valid else "-"
         name = f"{r0.workload.split(':')[-1]}{tuple(r0.args)}"
         acc, topk = (_mean([q[c] for q in quality.get(r0.task_key, [])]) for c in (0, 1))
         rows.append((name, r0.target, str(len(recs)), str(len(valid)),
                      ", ".join(f"{k}={v}" for k, v in sorted(errs.items())) or "-",
-                     f"{best * 1e3:.3f}" if valid else "-", gf, acc, topk,
+                     f"{best * 1e3:.3f}" if top is not None else "-",
+                     f"{top.mean * 1e3:.3f}" if top is not None else "-", gf, acc, topk,
                      ",".join(sorted({labels[r.machine.id] for r in recs if r.machine is not None})) or "-"))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     for k, row in enumerate(rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         if k == 0:
             print("  ".join("-" * w for w in widths))
-    _print_machines(groups, labels)
+    if index.baselines:
+        print("\nbest ms: normalised by the machine-speed index (raw mean x the log's median reference "
+              "time / the one timed with it); raw ms: the same candidate's measured mean")
+    _print_machines(groups, labels, index)
     _print_errors(groups)
+    if ns.retime:
+        _print_retimed(ns.log, ns.retime, ns.rounds)
     return 0
+
+
+def _print_retimed(log: str, n: int, rounds: int) -> None:
+    """``--retime``: the best ``n`` records of each task timed again now, side by side."""
+    from .speed import retime
+
+    print(f"\nre-timed now (best {n} per task, {rounds} interleaved rounds in one fresh process on "
+          "the same arrays, each after the reference kernel of its kind):")
+    for task, rows in retime(log, n, rounds):
+        print(f"  {task.name}:")
+        table = [("rank", "logged ms", "normalised ms", "fresh ms", "fresh normalised ms", "fresh / normalised",
+                  "reference now ms")]
+        for k, r in enumerate(rows, 1):
+            ok = not r.error and r.fresh_s < float("inf")
+            table.append((str(k), _ms(r.logged_s), _ms(r.normalised_s),
+                          _ms(r.fresh_s) if ok else f"failed: {r.error.splitlines()[-1][:80]}",
+                          _ms(r.fresh_normalised_s) if ok else "-",
+                          f"{r.fresh_normalised_s / r.normalised_s:.2f}x" if ok else "-",
+                          f"{_ms(r.ref_now_s)} ({r.kind})"))
+        widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
+        for row in table:
+            print("    " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
 
 
 def _machine_labels(groups: dict[str, list[Any]]) -> dict[str, str]:
@@ -172,8 +206,14 @@ def _machine_labels(groups: dict[str, list[Any]]) -> dict[str, str]:
     return labels
 
 
-def _print_machines(groups: dict[str, list[Any]], labels: dict[str, str]) -> None:
-    """Which machines measured the records: costs compare only within one machine."""
+def _ms(seconds: float) -> str:
+    """Milliseconds to 4 significant digits (kernels here take from microseconds to seconds)."""
+    return f"{seconds * 1e3:.4g}"
+
+
+def _print_machines(groups: dict[str, list[Any]], labels: dict[str, str], index: Any = None) -> None:
+    """Which machines measured the records (costs compare only within one machine), with
+    each one's median reference time (the baseline of its normalised costs)."""
     if not labels:
         return
     machines: dict[str, tuple[Any, int]] = {}
@@ -186,6 +226,12 @@ def _print_machines(groups: dict[str, list[Any]], labels: dict[str, str]) -> Non
     for mid, label in labels.items():
         m, n = machines[mid]
         line = f"  {label}: {m.describe()}; {n} record(s)"
+        if index is not None:
+            from .speed import KINDS
+
+            bases = [(k, index.baselines[f"{mid}/{k}"]) for k in KINDS if f"{mid}/{k}" in index.baselines]
+            if bases:
+                line += "; median reference " + ", ".join(f"{k} {_ms(v)} ms" for k, v in bases)
         if not m.host_id and not m.gpu_name:
             line += " (a schema-1 record: the CPU of the host that tuned, which may not be the one that measured)"
         print(line)
@@ -268,6 +314,16 @@ def cmd_export(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     import tecomp
 
@@ -297,6 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show-log", help="best record per task of a tuning log, as a table")
     s.add_argument("log")
     s.add_argument("--workload", action="append", help="file.py:function to import (repeatable)")
+    s.add_argument("--retime", type=_positive, metavar="N",
+                   help="time the best N records of each task again now, side by side, and show the "
+                        "fresh times beside the logged ones")
+    s.add_argument("--rounds", type=_positive, default=7,
+                   help="with --retime: interleaved timing rounds (default 7; the median is shown)")
     s.set_defaults(fn=cmd_show_log)
     e = sub.add_parser("export", help="build the best schedule of every task in a log into one library")
     e.add_argument("--log", required=True)

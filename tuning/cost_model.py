@@ -28,6 +28,7 @@ import numpy as np
 
 from .features import FeatureCache
 from .measure import MeasureInput, MeasureResult
+from .speed import SpeedIndex
 
 
 class CostModel(abc.ABC):
@@ -92,6 +93,11 @@ class XGBModel(CostModel):
     - ``"pairwise"``: XGBoost's ``rank:pairwise`` with a query group per task, on relative
       throughput, each candidate paired with 32 random others of its task.
 
+    Labels come from *normalised* costs (`label_costs`, `tuning.speed`): a candidate timed
+    while the machine ran slow is not taught as a slow schedule. The model keeps its own
+    per-machine baselines (the first index it sees of each machine); as labels are relative
+    to the task's best, only their order and ratios matter, which any baseline preserves.
+
     Regression is the default because it ranked held-out candidates at least as well as
     pairwise on every workload `benchmarks/cost_model_eval.py` grades (matmul, conv2d,
     softmax). The figures, and what the cache-tier traffic features changed (held-out
@@ -115,6 +121,7 @@ class XGBModel(CostModel):
         self._cost: dict[str, list[float]] = {}
         self._seen: set[tuple[str, str]] = set()
         self.booster: object | None = None
+        self.speed = SpeedIndex()
 
     @property
     def n_samples(self) -> int:
@@ -142,7 +149,7 @@ class XGBModel(CostModel):
                 continue
             self._seen.add((tk, inp.key))
             self._x.setdefault(tk, []).append(f)
-            self._cost.setdefault(tk, []).append(r.mean if r.valid else np.inf)
+            self._cost.setdefault(tk, []).append(label_costs([r], self.speed)[0])
 
     def _train(self) -> None:
         import xgboost as xgb
@@ -193,6 +200,17 @@ class XGBModel(CostModel):
         x = np.stack([feats[k] for k in ok])  # type: ignore[misc]
         scores[ok] = self.booster.predict(xgb.DMatrix(x, nthread=self.n_threads))  # type: ignore[attr-defined]
         return scores
+
+
+def label_costs(results: Sequence[MeasureResult], speed: SpeedIndex) -> list[float]:
+    """The costs training labels are made of: each result's normalised mean cost under
+    ``speed`` (whose baselines it extends with machines it has not seen), inf for a failure;
+    a result without a speed index gives its raw mean."""
+    out = []
+    for r in results:
+        speed.observe(r)
+        out.append(speed.cost(r))
+    return out
 
 
 def _labels(cost: np.ndarray, objective: str) -> np.ndarray:
@@ -269,5 +287,5 @@ def ranking_quality(scores: Sequence[float] | np.ndarray, costs: Sequence[float]
     return RankingQuality(pairwise_accuracy(s, c), topk_recall(s, c, k), k, len(c))
 
 
-__all__ = ["OBJECTIVES", "CostModel", "RandomModel", "RankingQuality", "XGBModel", "pairwise_accuracy",
+__all__ = ["OBJECTIVES", "CostModel", "RandomModel", "RankingQuality", "XGBModel", "label_costs", "pairwise_accuracy",
            "ranking_quality", "topk_recall"]

@@ -5,7 +5,8 @@ One measuring *actor* lives on each node whose hardware fits (for ``llvm``: ever
 node, so two measurements never share cores; for ``cuda``: one per GPU). An actor is a
 long-lived process, like `LocalRunner`'s worker: it computes a task's reference outputs once
 and keeps them, and it runs the same job functions (``prepare_job``/``run_job``/
-``machine_job`` of the local runner class for the target), so a record measured on the
+``machine_job``/``reference_job`` of the local runner class for the target: the last times
+the machine-speed index of `tuning.speed` once per batch), so a record measured on the
 cluster means what a local one means. The runner's ``capacity`` is its number of actors: the
 tuner keeps that many batches in flight, one per actor.
 
@@ -28,6 +29,7 @@ stops tuning with everything measured so far in the log (which resumes).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import tempfile
@@ -40,7 +42,8 @@ from typing import Any
 from tecomp.codegen.target import Target
 
 from .machine import Machine, local_machine
-from .measure import BuildResult, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, RunOptions
+from .measure import BuildResult, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, RunOptions, valid_refs
+from .speed import kind_of
 from .task import TuningError
 
 INSTALL_HINT = "pip install 'tecomp[distributed]' (or pip install ray)"
@@ -56,9 +59,11 @@ class MeasuringActor:
     Plain Python (wrapped by ``ray.remote`` when a runner starts), so it can be tested
     without Ray and pickled by reference to this module on the nodes."""
 
-    def __init__(self, jobs: tuple[Callable[..., Any], Callable[..., Any], Callable[[], Machine]],
-                 workdir: str | None = None) -> None:
-        self.prepare_job, self.run_job, self.machine_job = jobs
+    def __init__(self, jobs: tuple[Callable[..., Any], ...], workdir: str | None = None) -> None:
+        # (prepare, run, machine[, reference]): the reference job (the machine-speed index,
+        # `tuning.speed`) is absent or None for a runner without one
+        self.prepare_job, self.run_job, self.machine_job = jobs[:3]
+        self.reference_job: Callable[..., dict[str, tuple[float, float]]] | None = jobs[3] if len(jobs) > 3 else None
         # shared by the actors of a node and their replacements: a reference is computed once
         # per node (files are keyed by the task's hash and written atomically)
         self.workdir = workdir or os.path.join(tempfile.gettempdir(), f"tecomp-ray-{os.getuid()}")
@@ -80,6 +85,11 @@ class MeasuringActor:
             self.prepare_job(task, self.workdir)
             self.prepared.add(key)
         return str(key)
+
+    def reference(self, opts: RunOptions) -> dict[str, tuple[float, float]]:
+        """The machine-speed index of this node now, by kind (empty: this runner kind has
+        none)."""
+        return {} if self.reference_job is None else dict(self.reference_job(opts))
 
     def run(self, key: str, build: BuildResult, opts: RunOptions) -> tuple[Any, ...]:
         # checked again here, on the node: the runner matched the node when it started, but
@@ -151,7 +161,8 @@ class RayRunner:
         self.options = RunOptions(number, repeat, min_repeat_ms, flush_cache, check, rtol,
                                   budget_s=min(budget_s, timeout / 3))
         self.node_resource = node_resource
-        self._jobs = (jobs_from.prepare_job, jobs_from.run_job, jobs_from.machine_job)
+        self._jobs = (jobs_from.prepare_job, jobs_from.run_job, jobs_from.machine_job,
+                      jobs_from.reference_job)
         self._gpu = jobs_from.machine_job is not LocalRunner.machine_job
         self._own_ray = False
         if not ray.is_initialized():
@@ -305,12 +316,20 @@ class RayRunner:
         target = next((b.artifact.target for b in builds if b.artifact is not None), None)
         out: list[MeasureResult] = []
         slot: _Slot | None = None
+        refs: dict[int, dict[str, tuple[float, float]]] = {}  # the speed index of each actor, once per batch
         try:
             for inp, b in zip(inputs, builds, strict=True):
                 if b.error != MeasureErrorNo.NO_ERROR or b.artifact is None:
                     res = MeasureResult((), b.error, b.error_msg, build_s=b.time_s)
                 else:
                     res, slot = self._measure(inp, b, target, slot)
+                    if slot is not None and res.machine is slot.machine:
+                        if id(slot) not in refs:
+                            refs[id(slot)] = self._reference(slot)
+                        kind = kind_of(inp.steps)
+                        if kind in refs[id(slot)]:
+                            ref, spread = refs[id(slot)][kind]
+                            res = dataclasses.replace(res, ref_s=ref, ref_kind=kind, ref_spread=spread)
                 out.append(res)
                 if callback is not None:
                     callback(inp, res)
@@ -366,6 +385,17 @@ class RayRunner:
                                   machine=slot.machine), slot)
         raise ClusterLost(f"RayRunner: {inp.task.name}: every measuring node left while measuring "
                           f"a candidate ({self.max_retries + 1} tries)")
+
+    def _reference(self, slot: _Slot) -> dict[str, tuple[float, float]]:
+        """The machine-speed index on ``slot``'s node now, by kind; empty when there is none
+        or it failed (its results are then compared by raw cost; no candidate is at fault)."""
+        if self._jobs[3] is None:
+            return {}
+        try:
+            out = self._ray.get(slot.handle.reference.remote(self.options), timeout=self.timeout)
+        except Exception:  # noqa: BLE001 - any failure only loses the index
+            return {}
+        return valid_refs(out)
 
     @staticmethod
     def _where(slot: _Slot | None, b: BuildResult) -> str:

@@ -320,6 +320,9 @@ class GpuRunner(LocalRunner):
     prepare_job = staticmethod(_prepare_job)
     run_job = staticmethod(gpu_run_job)
     machine_job = staticmethod(gpu_machine_job)  # records name the GPU that measured
+    # no GPU reference kernel yet (`tuning.speed`): GPU results carry no speed index and are
+    # compared by their raw costs (a CPU kernel's time says nothing of the GPU's)
+    reference_job = None
 
     def __init__(self, timeout: float = 10.0, number: int = 10, repeat: int = 3,
                  min_repeat_ms: float = 10.0, check: bool = True, rtol: float = 1e-3,
@@ -373,6 +376,7 @@ class EmulatingRunner(LocalRunner):
 
     prepare_job = staticmethod(_prepare_emulated)
     run_job = staticmethod(emulate_run_job)
+    reference_job = None  # its "times" are a stand-in: there is no machine speed to index
 
     def __init__(self, timeout: float = 60.0, rtol: float = 1e-3, workdir: str | None = None) -> None:
         check_standin_allowed("EmulatingRunner")

@@ -19,6 +19,7 @@ libgomp threads exist is unsafe) and stay alive across batches, so start-up is p
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import faulthandler
 import functools
@@ -44,6 +45,7 @@ from tecomp.codegen.backend import Artifact
 
 from .machine import Machine, cpu_machine_job
 from .protocols import Builder, Runner
+from .speed import kind_of, reference_job
 from .steps import Step, steps_key
 from .task import SearchTask
 
@@ -142,6 +144,28 @@ class MeasureResult(Timed):
     # where it was measured, as the measuring process saw it (None: it never reached a
     # runner, e.g. a build error, or an old record that did not say)
     machine: Machine | None = None
+    # the machine-speed index: seconds per call of `tuning.speed`'s reference kernel of the
+    # candidate's kind (``ref_kind``: "parallel" or "serial", `tuning.speed.kind_of`), timed by
+    # the same process in the same batch (None: unknown -- no CPU runner measured it, a GPU
+    # runner, or an old record). ``costs`` stay raw; `tuning.speed.SpeedIndex` normalises
+    ref_s: float | None = None
+    ref_kind: str = ""
+    # max / min of the reference's repeats: above `tuning.speed.UNSTEADY` the index is kept
+    # but not used (the machine's speed moved while it was timed)
+    ref_spread: float | None = None
+
+
+def valid_refs(out: Any) -> dict[str, tuple[float, float]]:
+    """The ``(seconds, spread)`` by kind of a reference job's answer that can index anything
+    (a job that failed, or an absurd time, gives none)."""
+    if not isinstance(out, dict):
+        return {}
+    good = {}
+    for k, v in out.items():
+        if isinstance(k, str) and isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, float) for x in v):
+            if math.isfinite(v[0]) and v[0] > 0 and math.isfinite(v[1]) and v[1] >= 1.0:
+                good[k] = (v[0], v[1])
+    return good
 
 
 # worker processes -----------------------------------------------------------------------------
@@ -624,6 +648,9 @@ class LocalRunner:
     run_job: Callable[..., tuple[Any, ...]] = staticmethod(_run_job)
     # what the measuring process reports as its identity (`tuning.machine`)
     machine_job: Callable[[], Machine] = staticmethod(cpu_machine_job)
+    # times the machine-speed index once per batch (`tuning.speed`); None: the runner has no
+    # reference kernel for its device, and its results carry no index
+    reference_job: Callable[[RunOptions], dict[str, tuple[float, float]]] | None = staticmethod(reference_job)
     capacity = 1  # batches measured at once: one process, one candidate at a time
     exclusive = True  # it measures on the tuner's own machine
 
@@ -677,12 +704,30 @@ class LocalRunner:
         """Measure each built candidate; ``callback`` sees every result as soon as it exists
         (the tuner logs it there, so a kill loses nothing already measured)."""
         out: list[MeasureResult] = []
+        refs = self._reference() if any(b.artifact is not None for b in builds) else {}
         for inp, b in zip(inputs, builds):
             res = self._run_one(inp, b)
+            kind = kind_of(inp.steps)
+            if res.machine is not None and kind in refs:
+                res = dataclasses.replace(res, ref_s=refs[kind][0], ref_kind=kind, ref_spread=refs[kind][1])
             out.append(res)
             if callback is not None:
                 callback(inp, res)
         return out
+
+    def _reference(self) -> dict[str, tuple[float, float]]:
+        """The machine-speed index now, by kind (`tuning.speed.reference_job` in the measuring
+        process), timed once per batch; empty when this runner has none or it failed (the
+        batch's results are then compared by their raw costs, and nothing else is lost)."""
+        if self.reference_job is None:
+            return {}
+        self.machine  # noqa: B018 - started (and identified) before anything is timed
+        self.worker.submit(self.reference_job, self.options)
+        try:
+            out = self.worker.receive(self.timeout)
+        except (TimeoutError, _Died):
+            return {}
+        return valid_refs(out)
 
     def _run_one(self, inp: MeasureInput, b: BuildResult) -> MeasureResult:
         if b.error != MeasureErrorNo.NO_ERROR or b.artifact is None:

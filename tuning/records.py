@@ -21,7 +21,17 @@ name in their ``"machine"`` field; `Record.machine` is it.
 Schema versions: 2 (this one) adds the machine lines and drops version 1's ``"host_cpu"``
 (the LLVM CPU name of the *tuner's* host, stamped even where another machine measured).
 Version-1 logs still load, resume and warm-start; their records' machine is
-`Machine.legacy` of that CPU name.
+`Machine.legacy` of that CPU name. A record may carry ``"ref_s"``, the machine-speed index
+timed with it (`tuning.speed`), ``"ref_kind"``, which reference kernel that was, and
+``"ref_spread"``, how far its repeats were apart (an unsteady index is kept, not used):
+optional fields within schema 2 (readers ignore fields they do not know), absent from older
+records, whose index is then unknown.
+
+Which cost is used where: a record's ``costs`` are always the raw seconds measured.
+Candidates measured at different times are compared by their *normalised* cost
+(`tuning.speed.SpeedIndex`: mean x the log's median reference time of that machine and kind /
+the record's ``ref_s``; the raw mean for a record without an index): `best_record`,
+`apply_best`, ``tecomp show-log``'s best and ``export`` choose by it.
 
 >>> rec = best_record("matmul.jsonl", task)       # doctest: +SKIP
 >>> s, args = task.apply_steps(rec.steps)          # doctest: +SKIP
@@ -41,6 +51,7 @@ from typing import IO, Any
 
 from .machine import Machine
 from .measure import MeasureErrorNo, MeasureInput, MeasureResult, Timed
+from .speed import KINDS, PARALLEL, SpeedIndex, combined_ref
 from .steps import Step, steps_from_json, steps_key, steps_to_json
 from .task import SearchTask, TuningError
 
@@ -85,6 +96,11 @@ class Record(Timed):
     task_line: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     # the machine that measured it (None: the log does not say, e.g. a build error)
     machine: Machine | None = field(default=None, compare=False)
+    # the machine-speed index measured with it (`tuning.speed`; None: unknown, e.g. an old
+    # record); for an `aggregate`d candidate, the index of all its timings together
+    ref_s: float | None = None
+    ref_kind: str = ""  # which reference kernel: "parallel" or "serial" ("" without ref_s)
+    ref_spread: float | None = None  # max / min of its repeats (`tuning.speed.UNSTEADY`)
 
     @property
     def key(self) -> str:
@@ -118,7 +134,8 @@ class Record(Timed):
 
     def result(self) -> MeasureResult:
         return MeasureResult(self.costs, self.error, self.error_msg, self.build_s, self.run_s,
-                             self.timestamp, timing=self.timing, machine=self.machine)
+                             self.timestamp, timing=self.timing, machine=self.machine, ref_s=self.ref_s,
+                             ref_kind=self.ref_kind, ref_spread=self.ref_spread)
 
 
 def _tuplify(v: Any) -> Any:
@@ -145,6 +162,9 @@ def record_to_json(inp: MeasureInput, res: MeasureResult) -> dict[str, Any]:
         "build_s": round(res.build_s, 4),
         "run_s": round(res.run_s, 4),
         "time": round(res.timestamp, 3),
+        # the machine-speed index (`tuning.speed`), when the runner timed one
+        **({"ref_s": res.ref_s, "ref_kind": res.ref_kind or PARALLEL} if res.ref_s is not None else {}),
+        **({"ref_spread": round(res.ref_spread, 4)} if res.ref_s is not None and res.ref_spread is not None else {}),
         # only where the costs are not a real measurement: a reader must not take them for one
         **({"timing": res.timing} if res.timing else {}),
     }
@@ -194,8 +214,25 @@ def record_from_json(d: dict[str, Any], task_line: dict[str, Any] | None = None,
         sketch=d.get("sketch"), params=params, build_s=d.get("build_s", 0.0),
         run_s=d.get("run_s", 0.0), timestamp=d.get("time", 0.0),
         tecomp_version=d.get("tecomp", ""), timing=d.get("timing", ""), extra={"name": d.get("name", "")},
-        task_line=task_line, machine=machine,
+        task_line=task_line, machine=machine, **(_speed_index(d) if d["v"] >= 2 else {}),
     )
+
+
+def _speed_index(d: dict[str, Any]) -> dict[str, Any]:
+    """A record line's ``ref_s``/``ref_kind`` (none in records from before the index)."""
+    v = d.get("ref_s")
+    if v is None:
+        return {}
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ValueError(f"a record's ref_s is a positive number of seconds, got {v!r}")
+    kind = d.get("ref_kind", PARALLEL)
+    if kind not in KINDS:
+        raise ValueError(f"a record's ref_kind is one of {', '.join(KINDS)}, got {kind!r}")
+    spread = d.get("ref_spread")
+    if spread is not None and (isinstance(spread, bool) or not isinstance(spread, (int, float))
+                               or not math.isfinite(spread) or spread < 1.0):
+        raise ValueError(f"a record's ref_spread is a ratio >= 1, got {spread!r}")
+    return {"ref_s": float(v), "ref_kind": kind, "ref_spread": None if spread is None else float(spread)}
 
 
 class RecordWriter:
@@ -389,7 +426,9 @@ def load_records(path: str, task: SearchTask | None = None) -> list[Record]:
 
 
 def best_record(path: str, task: SearchTask) -> Record:
-    """The valid record of ``task`` with the lowest mean cost in ``path``."""
+    """The valid candidate of ``task`` in ``path`` with the lowest normalised cost
+    (`tuning.speed.SpeedIndex` of the whole log: raw costs for records without an index),
+    each candidate judged on all its timings (`aggregate`)."""
     if not os.path.exists(path):
         raise NoValidRecordError(f"tuning log {path!r} does not exist; run tuning.tune([task], "
                                  f"log={path!r}) first")
@@ -403,14 +442,19 @@ def best_record(path: str, task: SearchTask) -> Record:
         raise NoValidRecordError(
             f"no valid record for {task.name} (key {task.workload_key}, target {task.target}) "
             f"in {path!r}: {detail}")
-    return min(aggregate(valid), key=lambda r: (r.mean, r.timestamp))
+    index = SpeedIndex.from_records(every)
+    return min(aggregate(valid, index), key=lambda r: (index.cost(r), r.timestamp))
 
 
-def aggregate(records: Sequence[Record]) -> list[Record]:
-    """One record per candidate (steps key): the latest, holding the costs of every valid
+def aggregate(records: Sequence[Record], index: SpeedIndex | None = None) -> list[Record]:
+    """One record per candidate (steps key): the latest, holding the raw costs of every valid
     measurement of it. A candidate re-measured after tuning (`tune`'s ``remeasure``) is
     judged on all its timings, not on the luckiest: picking the minimum of hundreds of noisy
-    single measurements favours the one that happened to be timed fast."""
+    single measurements favours the one that happened to be timed fast. Its ``ref_s`` is
+    then the index of all those timings (`tuning.speed.combined_ref` under ``index``, by
+    default the index of ``records``), so ``index.cost`` of it is the mean of its timings
+    each normalised by its own measurement's index."""
+    index = index or SpeedIndex.from_records(records)
     by_key: dict[str, list[Record]] = {}
     for r in records:
         if r.valid:
@@ -419,7 +463,9 @@ def aggregate(records: Sequence[Record]) -> list[Record]:
     for recs in by_key.values():
         last = max(recs, key=lambda r: r.timestamp)
         costs = tuple(c for r in recs for c in r.costs)
-        out.append(last if len(recs) == 1 else dataclasses.replace(last, costs=costs))
+        in_order: list[Record] = sorted(recs, key=lambda r: r.timestamp)
+        out.append(last if len(recs) == 1 else
+                   dataclasses.replace(last, costs=costs, ref_s=combined_ref(in_order, index), ref_spread=None))
     return out
 
 

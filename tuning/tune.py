@@ -21,6 +21,13 @@ the model that chose it: pairwise ranking accuracy and top-k recall are written 
 ``"model_quality"`` lines (`tuning.records.load_model_quality`) and averaged on `TuneResult`.
 `tune_report` tells the throughput and where the time went.
 
+Costs are compared through the machine-speed index (`tuning.speed`): every result the
+search, the cost model, the scheduler and ``remeasure`` see is normalised by the reference
+time measured with it (to the machine's baseline: the median of the log's reference times
+when the run resumes, else the first one the run sees); the log keeps the raw costs with the
+index beside them. The returned `TuneResult.best_cost` is the raw mean of the candidate
+that ranks first by normalised cost, as `tuning.records.best_record` finds it in the log.
+
 Measurement goes through the `tuning.protocols.Builder`/`Runner` interfaces (any
 implementation; `LocalBuilder`/`LocalRunner` by default). A runner that is ``exclusive``
 (it measures on this machine, as the local one) gets one batch at a time, and the tuner
@@ -58,10 +65,11 @@ from .cost_model import CostModel, RandomModel, RankingQuality, XGBModel, rankin
 from .features import FeatureCache
 from .measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult, WorkerPool
 from .protocols import Builder, ResultCallback, Runner, check_builder, check_runner
-from .records import Record, RecordWriter, load_records
+from .records import Record, RecordWriter, aggregate, load_records
 from .scheduler import GradientTaskScheduler, check_weights
 from .search import EvolutionarySearch, RandomSearch, SearchOptions
 from .space import Candidate
+from .speed import SpeedIndex
 from .task import SearchTask, TuningError
 
 
@@ -101,7 +109,12 @@ class TuneResult:
     task: SearchTask
     trials: int = 0  # distinct candidates measured, log included
     new_trials: int = 0  # measured by this call
-    best_cost: float = math.inf  # seconds per call
+    # seconds per call of the best candidate, chosen by normalised cost (`tuning.speed`): while
+    # tuning, that normalised cost (what the scheduler weighs); when `tune` returns, the raw
+    # mean of all its timings -- the candidate and the figure `tuning.records.best_record`
+    # gives for the log -- with its normalised cost in ``best_normalised_cost``
+    best_cost: float = math.inf
+    best_normalised_cost: float = math.inf
     errors: dict[str, int] = field(default_factory=dict)
     search_s: float = 0.0
     build_s: float = 0.0
@@ -329,6 +342,7 @@ class _TaskRun:
         self.search = kind(task, model, rng, options, space)
         # failures of this call's candidates while none has succeeded (for the early stop)
         self.failures: list[MeasureResult] = []
+        self.raw: dict[str, list[float]] = {}  # steps key -> every raw timing (no log to read)
 
     def candidate(self, rec: Record) -> Candidate | None:
         """The search's candidate for a logged record, when the space can re-create it."""
@@ -371,6 +385,15 @@ class _Tuner:
         self._build_lock = threading.Lock()  # a builder need not be thread-safe
         self.outstanding = 0  # candidates submitted whose result has not come back
         self.stopping = False  # after an error or Ctrl-C: late results are not logged
+        # the machines' baselines every cost is normalised to (`tuning.speed`); set from the
+        # log on resume, extended by the first index of a machine the run meets
+        self.speed = SpeedIndex()
+
+    def _norm(self, res: MeasureResult) -> MeasureResult:
+        """``res`` with its costs normalised by its speed index (what everything but the log
+        sees); the caller holds ``_lock`` where measuring threads may run."""
+        self.speed.observe(res)
+        return self.speed.normalise(res)
 
     # setting up ---------------------------------------------------------------------------------
     def start(self, tasks: Sequence[SearchTask], weights: Sequence[float],
@@ -395,7 +418,9 @@ class _Tuner:
         and replays the scheduler's history (one round per ``batch_size`` records)."""
         assert self.sched is not None
         by_key: dict[str, list[Record]] = {}
-        for r in load_records(self.log) if self.log else []:
+        logged = load_records(self.log) if self.log else []
+        self.speed = SpeedIndex.from_records(logged)
+        for r in logged:
             by_key.setdefault(r.task_key, []).append(r)
         inputs: list[MeasureInput] = []
         results: list[MeasureResult] = []
@@ -404,13 +429,15 @@ class _Tuner:
             out = run.result
             seen: dict[str, float] = {}
             for r in by_key.get(run.task.workload_key, []):
+                res = self._norm(r.result())
+                run.raw.setdefault(r.key, []).extend(r.costs)
                 if r.key in seen:  # a re-measurement: the candidate is judged on all timings
-                    run.search.add_timing(r.key, r.mean)
+                    run.search.add_timing(r.key, res.mean)
                     continue
-                seen[r.key] = r.mean
-                run.search.mark_measured(r.key, r.mean, run.candidate(r))
+                seen[r.key] = res.mean
+                run.search.mark_measured(r.key, res.mean, run.candidate(r))
                 inputs.append(MeasureInput.of(run.task, r))
-                results.append(r.result())
+                results.append(res)
                 out.errors[r.error.name] = out.errors.get(r.error.name, 0) + 1
             out.trials = len(seen)
             out.best_cost = run.search.best_cost()
@@ -442,7 +469,7 @@ class _Tuner:
                     task = others[r.task_key]
                 if task is not None:
                     inputs.append(MeasureInput.of(task, r))
-                    results.append(r.result())
+                    results.append(self._norm(r.result()))
         if inputs:
             t0 = time.perf_counter()
             self.model.pretrain(inputs, results)
@@ -453,10 +480,10 @@ class _Tuner:
             added = 0
             # instantiate only as many as can be elites: re-creating a candidate costs a schedule
             fresh = [r for r in recs if r.valid and r.key not in run.search.measured]
-            for r in sorted(fresh, key=lambda r: r.mean)[: 4 * n_elites]:
+            for r in sorted(fresh, key=self.speed.cost)[: 4 * n_elites]:
                 c = run.candidate(r)
                 if c is not None:
-                    run.search.add_elite(c, r.mean)
+                    run.search.add_elite(c, self.speed.cost(r))
                     added += 1
                     if added >= n_elites:
                         break
@@ -581,6 +608,8 @@ class _Tuner:
     def _learn(self, b: _Batch, res: Sequence[MeasureResult], build_s: float, run_s: float) -> None:
         """What a measured batch teaches: the search, the model (graded first), the scheduler."""
         assert self.sched is not None
+        with self._lock:  # measuring threads may be extending the baselines
+            res = [self._norm(r) for r in res]
         run = self.runs[b.i]
         out = run.result
         out.build_s += build_s
@@ -613,7 +642,9 @@ class _Tuner:
 
     def remeasure(self, k: int) -> None:
         """Time the ``k`` best candidates of every task again and judge each on the mean of
-        all its timings (`tuning.records.aggregate`); the result's best_cost follows.
+        all its timings (`tuning.records.aggregate`), each timing normalised by the speed
+        index of its own batch (a slow moment does not demote a candidate); the result's
+        best_cost follows.
 
         If the timings come back slower, a candidate timed once can overtake them; the top
         ``k`` newcomers are then timed again too (at most two more rounds), so the winner is
@@ -642,7 +673,10 @@ class _Tuner:
                 out.build_s += tb
                 out.run_s += tr
                 for c, r in zip(best, res):
-                    run.search.add_timing(c.key, r.mean if r.valid else math.inf, c)
+                    run.raw.setdefault(c.key, []).extend(r.costs if r.valid else ())
+                    with self._lock:
+                        cost = self._norm(r).mean if r.valid else math.inf
+                    run.search.add_timing(c.key, cost, c)
                     timed.add(c.key)
                 winner = run.search.best(1)
                 if not winner or winner[0].key in timed:
@@ -677,7 +711,8 @@ class _Tuner:
                 self.outstanding = max(0, self.outstanding - 1)
                 out.errors[res.error.name] = out.errors.get(res.error.name, 0) + 1
                 if res.valid:
-                    out.best_cost = min(out.best_cost, res.mean)
+                    out.best_cost = min(out.best_cost, self._norm(res).mean)
+                    run.raw.setdefault(inp.key, []).extend(res.costs)
                 elif not math.isfinite(out.best_cost):
                     run.failures.append(res)
                 self._postfix()
@@ -723,6 +758,25 @@ class _Tuner:
         for run in self.runs:
             run.result.wall_s += max(0.0, rest) / n
             run.result.model_s += self.shared_model_s / n
+        self._final_best()
+
+    def _final_best(self) -> None:
+        """Each result's best: the candidate first by normalised cost and its raw mean, as
+        `best_record` picks it from the log (the log's baselines), or without a log as the
+        search ranks it (the run's baselines)."""
+        every = load_records(self.log) if self.log else []
+        index = SpeedIndex.from_records(every)
+        for run in self.runs:
+            out = run.result
+            mine = [r for r in every if r.task_key == run.task.workload_key and r.valid]
+            if mine:
+                best = min(aggregate(mine, index), key=lambda r: (index.cost(r), r.timestamp))
+                out.best_cost, out.best_normalised_cost = best.mean, index.cost(best)
+            elif not self.log and any(run.raw.values()):
+                measured = run.search.measured
+                key = min((k for k, v in run.raw.items() if v), key=lambda k: measured.get(k, math.inf))
+                out.best_normalised_cost = measured.get(key, math.inf)
+                out.best_cost = float(np.mean(run.raw[key]))
 
 
 def _task_of(rec: Record, path: str) -> SearchTask | None:

@@ -1,0 +1,212 @@
+"""The machine-speed index: timed with every batch, logged, and used to compare candidates
+measured at different times (best record, the tuner, the cost model's labels, show-log)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tuning_workloads as wl
+
+import tuning
+from tuning.cli import main
+from tuning.cost_model import XGBModel, _labels, label_costs
+from tuning.distributed import MeasuringActor
+from tuning.machine import local_machine
+from tuning.measure import LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, RunOptions, measure_batch
+from tuning.records import RecordWriter, aggregate, best_record, load_records
+from tuning.speed import MAX_DRIFT, PARALLEL, SERIAL, SpeedIndex, kind_of, reference_job
+from tuning.steps import AnnotationStep, SplitStep
+
+STEPS = [(SplitStep("C", 1, (f,)), AnnotationStep("C", 2, "vectorize")) for f in (2, 4, 8, 16)]
+
+
+def test_every_valid_local_measurement_carries_the_index_and_it_round_trips(
+        pools: tuple[tuning.LocalBuilder, LocalRunner], tmp_path: Path) -> None:
+    builder, runner = pools
+    task = tuning.SearchTask(wl.matmul, (16, 8, 16))
+    ins = [MeasureInput(task, STEPS[0]), MeasureInput(task, STEPS[1]), MeasureInput(task, (SplitStep("C", 9, (2,)),)),
+           MeasureInput(task, (AnnotationStep("C", 0, "parallel"),))]
+    results, _, _ = measure_batch(builder, runner, ins)
+    assert [r.error for r in results] == [MeasureErrorNo.NO_ERROR] * 2 + [MeasureErrorNo.SCHEDULE_ERROR,
+                                                                         MeasureErrorNo.NO_ERROR]
+    # one index per batch and kind: the same reference time on every valid result of a kind
+    assert results[0].ref_s is not None and results[0].ref_s > 0 and results[1].ref_s == results[0].ref_s
+    assert results[0].ref_kind == results[1].ref_kind == SERIAL
+    assert results[3].ref_kind == PARALLEL and results[3].ref_s is not None and results[3].ref_s > 0
+    assert results[2].ref_s is None  # none on a failure
+    log = tmp_path / "i.jsonl"
+    with RecordWriter(str(log)) as w:
+        for inp, res in zip(ins, results):
+            w.write(inp, res)
+    recs = load_records(str(log))
+    assert [(r.ref_s, r.ref_kind) for r in recs] == [(r.ref_s, r.ref_kind) for r in results]
+    assert recs[0].ref_spread == pytest.approx(results[0].ref_spread, abs=1e-4) and recs[0].ref_spread >= 1.0
+    assert recs[0].result().ref_s == results[0].ref_s
+
+
+def test_the_reference_job_and_the_cluster_actor(tmp_path: Path) -> None:
+    t = reference_job(RunOptions(min_repeat_ms=2.0))
+    assert set(t) == {PARALLEL, SERIAL} and all(0 < v < 1.0 and spread >= 1.0 for v, spread in t.values())
+    jobs = (LocalRunner.prepare_job, LocalRunner.run_job, LocalRunner.machine_job)
+    # an actor given the reference job times it; the three-job form (no index) still works
+    ref = MeasuringActor((*jobs, LocalRunner.reference_job), workdir=str(tmp_path)).reference(
+        RunOptions(min_repeat_ms=2.0))
+    assert set(ref) == {PARALLEL, SERIAL}
+    assert MeasuringActor(jobs, workdir=str(tmp_path)).reference(RunOptions()) == {}
+
+
+def test_a_candidate_is_indexed_by_the_reference_of_its_kind() -> None:
+    assert kind_of(STEPS[0]) == SERIAL
+    assert kind_of((*STEPS[0], AnnotationStep("C", 0, "parallel"))) == PARALLEL
+    m = local_machine()
+    ok = MeasureErrorNo.NO_ERROR
+    index = SpeedIndex({f"{m.id}/{PARALLEL}": 1e-4, f"{m.id}/{SERIAL}": 2e-4})
+    # the parallel reference ran 2x slower in this batch, the serial one at its usual speed
+    par = MeasureResult((5e-3,), ok, machine=m, ref_s=2e-4, ref_kind=PARALLEL)
+    ser = MeasureResult((1e-3,), ok, machine=m, ref_s=2e-4, ref_kind=SERIAL)
+    assert index.cost(par) == pytest.approx(2.5e-3) and index.cost(ser) == pytest.approx(1e-3)
+    # another tenant took a core: the parallel reference 50x slower. That is no steady
+    # slow-down, and a candidate timed then is not believed more than MAX_DRIFT faster
+    stalled = MeasureResult((5e-3,), ok, machine=m, ref_s=5e-3, ref_kind=PARALLEL)
+    assert index.cost(stalled) == pytest.approx(5e-3 / MAX_DRIFT)
+    assert index.cost(MeasureResult((5e-3,), ok, machine=m, ref_s=1e-6, ref_kind=PARALLEL)) == pytest.approx(
+        5e-3 * MAX_DRIFT)
+    # an index whose repeats disagreed (the speed moved while it was timed) is kept, not used
+    unsteady = MeasureResult((5e-3,), ok, machine=m, ref_s=2e-4, ref_kind=PARALLEL, ref_spread=2.0)
+    assert index.cost(unsteady) == 5e-3
+    assert SpeedIndex.from_records([unsteady]).baselines == {}
+
+
+def _synthetic_log(path: Path, task: tuning.SearchTask, true_costs: list[float], ref: float = 1e-4) -> None:
+    """Records of ``true_costs`` (one candidate each), all measured at the same speed."""
+    machine = local_machine()
+    with RecordWriter(str(path)) as w:
+        for k, (steps, c) in enumerate(zip(STEPS, true_costs)):
+            w.write(MeasureInput(task, steps), MeasureResult((c, c), MeasureErrorNo.NO_ERROR,
+                                                             timestamp=1000.0 + k, machine=machine, ref_s=ref))
+
+
+def _slow_down_second_half(path: Path) -> None:
+    """Edit the log as if its second half was measured while the machine ran at half speed:
+    costs and reference times doubled."""
+    lines = path.read_text().splitlines()
+    rec_idx = [k for k, ln in enumerate(lines) if "kind" not in json.loads(ln)]
+    for k in rec_idx[len(rec_idx) // 2:]:
+        d = json.loads(lines[k])
+        d["costs"] = [2 * c for c in d["costs"]]
+        d["ref_s"] = 2 * d["ref_s"]
+        lines[k] = json.dumps(d)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_log_measured_partly_at_half_speed_ranks_by_normalised_cost(tmp_path: Path, capsys) -> None:
+    task = tuning.SearchTask(wl.matmul, (16, 8, 16))
+    log = tmp_path / "half.jsonl"
+    # truly: candidate 2 is the fastest (1.5 ms); it was measured at half speed (3 ms raw), as
+    # was candidate 3; candidate 0 (2 ms) looks fastest by raw cost
+    _synthetic_log(log, task, [2.0e-3, 3.0e-3, 1.5e-3, 2.5e-3])
+    _slow_down_second_half(log)
+    recs = load_records(str(log))
+    assert [r.mean for r in recs] == pytest.approx([2.0e-3, 3.0e-3, 3.0e-3, 5.0e-3])
+    index = SpeedIndex.from_records(recs)
+    # the median of 1, 1, 2, 2 (records without a kind are indexed by the parallel kernel)
+    assert index.baselines == {f"{local_machine().id}/{PARALLEL}": pytest.approx(1.5e-4)}
+    order = sorted(recs, key=index.cost)
+    assert [r.steps for r in order] == [STEPS[2], STEPS[0], STEPS[3], STEPS[1]]
+    # the raw costs stay as measured; the normalised one is the log's baseline speed
+    assert index.cost(recs[2]) == pytest.approx(1.5e-3 * 1.5)
+    best = best_record(str(log), task)
+    assert best.steps == STEPS[2] and best.mean == pytest.approx(3.0e-3)
+    # the tuner, resuming from the log (nothing to measure), takes the same best
+    (res,) = tuning.tune([task], trials=4, log=str(log), progress=False, remeasure=0)
+    assert res.new_trials == 0 and res.best_normalised_cost == pytest.approx(index.cost(recs[2]))
+    assert res.best_cost == pytest.approx(3.0e-3)  # that candidate's raw mean
+    # show-log's best is the normalised one, the raw mean beside it
+    assert main(["show-log", str(log)]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("matmul(16, 8, 16) "))
+    assert "2.250" in row and "3.000" in row
+
+
+def test_a_candidate_timed_at_two_speeds_is_judged_on_its_normalised_timings(tmp_path: Path) -> None:
+    task = tuning.SearchTask(wl.matmul, (16, 8, 16))
+    log = tmp_path / "again.jsonl"
+    _synthetic_log(log, task, [2.0e-3, 2.2e-3])
+    # candidate 0 re-timed (remeasure) at half speed: raw 4 ms, but the same 2 ms at baseline
+    machine = local_machine()
+    with RecordWriter(str(log)) as w:
+        w.write(MeasureInput(task, STEPS[0]), MeasureResult((4.0e-3,), MeasureErrorNo.NO_ERROR, timestamp=2000.0,
+                                                            machine=machine, ref_s=2e-4))
+    recs = load_records(str(log))
+    index = SpeedIndex.from_records(recs)
+    agg = {r.steps: r for r in aggregate(recs, index)}
+    assert agg[STEPS[0]].costs == (2.0e-3, 2.0e-3, 4.0e-3)  # raw timings kept
+    # normalised: each timing by its own index, then the mean (baseline: median 1e-4)
+    assert index.cost(agg[STEPS[0]]) == pytest.approx(np.mean([2.0e-3, 2.0e-3, 2.0e-3]))
+    assert best_record(str(log), task).steps == STEPS[0]
+
+
+def test_an_old_record_without_the_index_loads_and_ranks_by_raw_cost(tmp_path: Path) -> None:
+    task = tuning.SearchTask(wl.matmul, (16, 8, 16))
+    log = tmp_path / "old.jsonl"
+    _synthetic_log(log, task, [2.0e-3, 3.0e-3, 1.5e-3, 2.5e-3])
+    _slow_down_second_half(log)
+    lines = [json.loads(ln) for ln in log.read_text().splitlines()]
+    for d in lines:
+        d.pop("ref_s", None)
+    log.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    recs = load_records(str(log))
+    assert all(r.ref_s is None for r in recs) and len(recs) == 4
+    assert SpeedIndex.from_records(recs).baselines == {}
+    # unknown index: compared as measured, so the raw fastest wins
+    assert best_record(str(log), task).steps == STEPS[0]
+    # a bad index is an unreadable record, not a silent wrong ranking
+    bad = dict(lines[-1], ref_s=-1.0)
+    with open(log, "a") as f:
+        f.write(json.dumps(bad) + "\n")
+    with pytest.warns(RuntimeWarning, match="ref_s"):
+        assert len(load_records(str(log))) == 4
+
+
+def test_the_cost_model_learns_normalised_costs() -> None:
+    m = local_machine()
+    ok = MeasureErrorNo.NO_ERROR
+    results = [MeasureResult((2e-3,), ok, machine=m, ref_s=1e-4),
+               MeasureResult((3e-3,), ok, machine=m, ref_s=2e-4),  # half speed: truly 1.5 ms
+               MeasureResult((1e-3,), ok, machine=m),  # no index: raw
+               MeasureResult((), MeasureErrorNo.RUN_CRASH, machine=m, ref_s=1e-4)]
+    speed = SpeedIndex()
+    costs = label_costs(results, speed)
+    assert costs == pytest.approx([2e-3, 1.5e-3, 1e-3, math.inf])
+    labels = _labels(np.asarray(costs[:2]), "regression")
+    assert labels[1] == 0.0 and labels[0] < 0  # the half-speed one is the task's best
+    # the model's training data is made of them
+    task = tuning.SearchTask(wl.matmul, (16, 8, 16))
+    model = XGBModel(seed=0)
+    model._add([MeasureInput(task, s) for s in STEPS], results, "")
+    assert model._cost[task.workload_key] == pytest.approx([2e-3, 1.5e-3, 1e-3, math.inf])
+    # a result the tuner already normalised (ref_s: its baseline) is not scaled twice
+    tuner_speed = SpeedIndex({f"{m.id}/{PARALLEL}": 3e-4})
+    again = label_costs([tuner_speed.normalise(r) for r in results[:2]], SpeedIndex({f"{m.id}/{PARALLEL}": 1e-4}))
+    assert again == pytest.approx([2e-3, 1.5e-3])
+
+
+def test_show_log_retime_prints_logged_normalised_and_fresh_times(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "t.jsonl"
+    assert main(["tune", "matmul", "--args", "16", "16", "16", "--trials", "3", "--remeasure", "0",
+                 "--log", str(log)]) == 0
+    capsys.readouterr()
+    assert main(["show-log", str(log), "--retime", "2", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    k = next(i for i, ln in enumerate(lines) if ln.strip().startswith("rank"))
+    assert "logged ms" in lines[k] and "normalised ms" in lines[k] and "fresh ms" in lines[k]
+    rows = [ln.split() for ln in lines[k + 1:k + 3]]
+    assert [r[0] for r in rows] == ["1", "2"]
+    assert all(float(x) > 0 for r in rows for x in r[1:5])
+    assert "reference now ms" in lines[k]
+    with pytest.raises(SystemExit):
+        main(["show-log", str(log), "--retime", "0"])
