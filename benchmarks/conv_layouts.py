@@ -10,6 +10,10 @@ The repacking of the weight is a stage of the tuned kernel (the user passes the 
 array); its cost on its own is timed too and printed as a share of the kernel.
 
     python benchmarks/conv_layouts.py [--trials 100] [--layers s2a,s2b,s1,p1] [--log-dir DIR]
+                                      [--spaces plain,default]
+
+``--spaces default`` tunes the default space alone: half the time, for comparing two versions
+of the sketch (run each version's copy of the repository with its own ``--log-dir``).
 
 Prints tecomp/reference ratios (> 1: tecomp faster) and fractions of the fp32 FMA peak
 (benchmarks/peak.py, measured once at the start of the run).
@@ -118,7 +122,7 @@ def repack_seconds(args: tuple[int, ...], number: int, repeat: int) -> float:
 def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_gflops: float) -> dict[str, Any]:
     line: dict[str, Any] = {"layer": name, "args": list(args), "trials": opts.trials}
     fns = {}
-    for space in ("plain", "default"):
+    for space in opts.spaces:
         log = os.path.join(opts.log_dir, f"{name}-{space}.jsonl")
         wall, best = tune_layer(args, space, opts.trials, log, opts.seed)
         line[f"{space}_tune_s"], line[f"{space}_best_sketch"] = wall, best
@@ -155,7 +159,7 @@ def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_g
         line[f"{space}_ratio"] = t_ref / sec
         line[f"{space}_frac_peak"] = flop / sec / 1e9 / peak_gflops
     line["repack_ms"] = repack_seconds(args, opts.number, opts.repeat) * 1e3
-    line["repack_share"] = line["repack_ms"] / line["default_ms"]
+    line["repack_share"] = line["repack_ms"] / line[f"{opts.spaces[-1]}_ms"]
     return line
 
 
@@ -168,7 +172,12 @@ def main() -> None:
     ap.add_argument("--number", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (best of each side)")
+    ap.add_argument("--spaces", default="plain,default",
+                    help="comma-separated, of plain,default (default alone: a shorter before/after run)")
     opts = ap.parse_args()
+    opts.spaces = [x for x in opts.spaces.split(",") if x]
+    if not opts.spaces or set(opts.spaces) - {"plain", "default"}:
+        ap.error("--spaces takes plain and/or default")
     layers = [x for x in opts.layers.split(",") if x]
     unknown = [x for x in layers if x not in LAYERS]
     if unknown:
@@ -182,11 +191,12 @@ def main() -> None:
         ref = r["reference"]
         print(f"\n{name} conv2d{LAYERS[name]}: {opts.trials} trials per space  ({ref} {r['ref_ms']:.3f} ms, "
               f"{100 * r['ref_frac_peak']:.0f}% of FMA peak)")
-        for space in ("plain", "default"):
+        for space in opts.spaces:
             print(f"  {space:8s} {r[f'{space}_ms']:.3f} ms  {r[f'{space}_ratio']:.2f}x {ref}  "
                   f"{100 * r[f'{space}_frac_peak']:.0f}% of peak  best: {r[f'{space}_best_sketch']}  "
                   f"(tuned in {r[f'{space}_tune_s']:.0f} s)")
-        print(f"  weight repack alone {r['repack_ms']:.3f} ms = {100 * r['repack_share']:.1f}% of the default kernel")
+        print(f"  weight repack alone {r['repack_ms']:.3f} ms = {100 * r['repack_share']:.1f}% of the "
+              f"{opts.spaces[-1]} kernel")
         print("JSON " + json.dumps(r))
 
 

@@ -42,14 +42,19 @@ from tecomp.te.schedule import Stage
 from tecomp.te.tensor import ComputeOp, IterVar, IterVarKind
 
 from .space_rules import (
+    LAYOUT_BLOCK_MAX,
+    LAYOUT_VECTOR_MAX,
     MAX_INNERMOST,
+    REGISTER_TILE_PRIOR,
     Relayout,
     _extent,
     _has_reuse,
     _packable,
     _scan,
     _vars_in,
-    divisors,
+    draw_cache_columns,
+    draw_reduce_order,
+    draw_register_tile,
     factorizations,
     mutate_tile,
     relayout_rule,
@@ -84,9 +89,6 @@ AT_ROOT_PRIOR = 0.3  # odds of a fresh sample computing a simple stage at root .
 AT_OUTER_PRIOR = 0.4  # ... or at the consumer's outermost loop (the rest: deeper loops)
 NO_VECTOR_PRIOR = 0.1  # relative odds of an unvectorized simple stage (vector widths: 1.0 each)
 PACK_VECTOR = 16
-LAYOUT_VECTOR_MAX = 32  # relayout sketch: innermost output-channel tile (4 AVX2 vectors)
-LAYOUT_BLOCK_MAX = 8  # relayout sketch: innermost tile of every other axis (pixels in registers)
-REGISTER_TILE_PRIOR = 0.8  # odds that a fresh relayout candidate draws a balanced register tile
 MAX_EXPLICIT_UNROLL = 64  # copies of the loop body an explicitly unrolled tile may make
 SPATIAL_LEVELS = 3  # inner tile levels of a spatial axis in SSRSRS (the outermost is implied)
 REDUCE_LEVELS = 1
@@ -511,7 +513,7 @@ class _Builder:
         # the register tile is (pixels of the other axes) x (output-channel vectors): a few
         # vectors wide, a few pixels deep, or the accumulators spill
         last = len(cop.axis) - 1
-        self._register_tile(key, cop.axis)
+        self._register_tile(key, cop.axis, cop.reduce_axis)
         s_tiles = [self.tile(f"{key}/S{d}", _extent(a), SPATIAL_LEVELS,
                              max_inner=LAYOUT_VECTOR_MAX if d == last else LAYOUT_BLOCK_MAX, vector=d == last)
                    for d, a in enumerate(cop.axis)]
@@ -539,30 +541,37 @@ class _Builder:
         self._unroll_tile(compute, key, inner[:-1])
         self._unroll(compute, key)
 
-    def _register_tile(self, key: str, axes: Sequence[IterVar]) -> None:
-        """A fresh relayout candidate mostly draws its innermost output-channel and column
-        tiles together (the other axes' innermost tiles 1): whole vectors of channels times
-        a few columns, 4-12 accumulators in all (enough independent FMAs to cover their
-        latency on two FMA ports, few enough to stay in the 16 registers of AVX2). Drawn
-        apart, most pairs give 1-2 accumulators or spill; given or mutated values stay."""
+    def _register_tile(self, key: str, axes: Sequence[IterVar], reduce: Sequence[IterVar]) -> None:
+        """A fresh relayout candidate mostly draws its tiles together (`REGISTER_TILE_PRIOR`):
+        innermost, a register tile of whole channel vectors x columns x rows, 8-12
+        accumulators as the mode (`space_rules.draw_register_tile`); around it, a cache tile
+        of more columns, whose accumulators stay in L1 while each weight vector serves all
+        of them (the other middle levels 1: an unrolled loop keeps its whole accumulator set
+        in registers, and spills); and the reduction order (`space_rules.draw_reduce_order`).
+        All are tile knobs: given or mutated values stay, and records replay them."""
         last = len(axes) - 1
         kf, kx = f"{key}/S{last}", f"{key}/S{last - 1}"
         if last < 1 or self.rng is None or kf in self.params or kx in self.params:
             return
         if self.rng.random() >= REGISTER_TILE_PRIOR:
             return
+        ey = _extent(axes[last - 2]) if last >= 2 else None
         ef, ex = _extent(axes[last]), _extent(axes[last - 1])
-        pairs = [(fv, xv) for fv in range(8, LAYOUT_VECTOR_MAX + 1, 8) if ef % fv == 0
-                 for xv in divisors(ex) if xv <= LAYOUT_BLOCK_MAX and 4 <= fv // 8 * xv <= 12]
-        if not pairs:
+        reg = draw_register_tile(ef, ex, ey, self.rng)
+        if reg is None:
             return
-        fv, xv = pairs[int(self.rng.integers(len(pairs)))]
-        fresh = {kf: (fv, ef), kx: (xv, ex)}
-        # the other axes (batch, rows) keep one point in registers: their tiles multiply it
-        fresh.update({f"{key}/S{d}": (1, _extent(a)) for d, a in enumerate(axes[:-2])
-                      if f"{key}/S{d}" not in self.params})
-        self.params = {**self.params, **{k: (*sample_tile(ext // inner, SPATIAL_LEVELS - 1, self.rng), inner)
-                                         for k, (inner, ext) in fresh.items()}}
+        fv, xv, yv = reg
+        # (inner, middle, extent) per axis; the batch axes keep one point
+        fresh = {kf: (fv, 1, ef), kx: (xv, draw_cache_columns(ex // xv, xv, self.rng), ex)}
+        for d, a in enumerate(axes[:-2]):
+            if f"{key}/S{d}" not in self.params:
+                fresh[f"{key}/S{d}"] = (yv if d == last - 2 else 1, 1, _extent(a))
+        drawn: dict[str, Any] = {k: (*sample_tile(ext // (mid * inner), 1, self.rng), mid, inner)
+                                 for k, (inner, mid, ext) in fresh.items()}
+        order = draw_reduce_order([_extent(r) for r in reduce], self.rng)
+        if order is not None:
+            drawn.update({f"{key}/R{d}": t for d, t in enumerate(order) if f"{key}/R{d}" not in self.params})
+        self.params = {**self.params, **drawn}
 
     def _simple(self, name: str) -> None:
         stage = self.state.stage(name)

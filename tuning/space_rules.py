@@ -220,3 +220,66 @@ def relayout_rule(op: ComputeOp) -> Relayout | None:
                         weight_order=tuple(k for k in range(ndim) if k != p) + (p,),
                         out_order=tuple(k for k in range(len(spatial)) if k != d) + (d,))
     return None
+
+
+# register and cache tiles of the relayout sketch ---------------------------------------------
+
+LAYOUT_VECTOR_MAX = 32  # innermost output-channel tile (4 AVX2 vectors)
+LAYOUT_BLOCK_MAX = 8  # innermost tile of every other axis (pixels in registers)
+REGISTER_TILE_PRIOR = 0.8  # odds that a fresh relayout candidate draws a balanced register tile
+# accumulators (8-lane vectors) of a drawn register tile: AVX2 has 16 ymm registers, and the
+# broadcast input element and the weight vectors need some; 8-12 keep both FMA ports fed
+# (4 cycles latency x 2 ports) with no spills, so they are the mode, 4-7 a tail
+REGISTER_ACC = range(4, 13)
+REGISTER_ACC_MODE = range(8, 13)
+REGISTER_ACC_MODE_PRIOR = 0.8  # odds of a tile in the mode, when the extents have one
+CACHE_COLUMNS_MAX = 32  # columns of the cache tile (one weight vector reused across them from L1)
+# fresh reduction order of the relayout sketch: the kernel taps innermost (input channels
+# outermost), the input channels innermost, or a uniform draw of the reduction tiles
+REDUCE_ORDER_PRIOR = (0.45, 0.35, 0.2)
+
+
+def draw_register_tile(ef: int, ex: int, ey: int | None, rng: np.random.Generator,
+                       ) -> tuple[int, int, int] | None:
+    """Innermost tiles (channels, columns, rows) of a relayout accumulator: whole 8-lane
+    vectors of output channels times a block of output pixels, `REGISTER_ACC` accumulators
+    with `REGISTER_ACC_MODE` the likeliest. Rows (``ey``; None without a row axis) widen the
+    choice where the width has few divisors (14 = 2 x 7). None when no tile fits."""
+    mode: list[tuple[int, int, int]] = []
+    tail: list[tuple[int, int, int]] = []
+    for fv in range(8, LAYOUT_VECTOR_MAX + 1, 8):
+        if ef % fv:
+            continue
+        for xv in divisors(ex):
+            for yv in divisors(ey) if ey is not None else (1,):
+                acc = fv // 8 * xv * yv
+                if xv <= LAYOUT_BLOCK_MAX and yv <= LAYOUT_BLOCK_MAX and acc in REGISTER_ACC:
+                    (mode if acc in REGISTER_ACC_MODE else tail).append((fv, xv, yv))
+    pick = mode if mode and (not tail or rng.random() < REGISTER_ACC_MODE_PRIOR) else tail
+    return pick[int(rng.integers(len(pick)))] if pick else None
+
+
+def draw_cache_columns(rest: int, xv: int, rng: np.random.Generator) -> int:
+    """The middle tile of the column axis over a register tile of ``xv`` columns: the loop
+    between the outer and the inner reduction loops, whose accumulators live in L1 while
+    every weight vector loaded for one step of the outer reduction serves all its columns.
+    A divisor of ``rest`` (the columns left), mostly the largest ones within
+    `CACHE_COLUMNS_MAX` (more reuse per weight load)."""
+    opts = [m for m in divisors(rest) if m * xv <= CACHE_COLUMNS_MAX] or [1]
+    w = np.arange(1, len(opts) + 1, dtype=float) ** 2
+    return opts[int(rng.choice(len(opts), p=w / w.sum()))]
+
+
+def draw_reduce_order(extents: Sequence[int], rng: np.random.Generator) -> list[tuple[int]] | None:
+    """Inner reduction tiles (R1) of a relayout accumulator, which fix the reduction order
+    around the register tile: the kernel taps innermost (the first reduction axis, the input
+    channels, outermost: each weight vector is used once per channel step), or a few input
+    channels innermost (consecutive weight rows, the input read along its channel planes).
+    None: the caller draws the tiles uniformly, as for any other reduction."""
+    mode = int(rng.choice(3, p=np.asarray(REDUCE_ORDER_PRIOR)))
+    if mode == 2 or not extents:
+        return None
+    if mode == 0:
+        return [(1,)] + [(e,) for e in extents[1:]]
+    opts = [d for d in divisors(extents[0]) if 2 <= d <= 16] or [1]
+    return [(opts[int(rng.integers(len(opts)))],)] + [(1,) for _ in extents[1:]]

@@ -17,7 +17,18 @@ from tuning import LocalBuilder, LocalRunner, SearchTask, workloads
 from tuning.measure import MeasureErrorNo
 from tuning.records import load_records
 from tuning.space import SearchSpace
-from tuning.space_rules import Relayout, relayout_rule
+from tuning.space_rules import (
+    CACHE_COLUMNS_MAX,
+    LAYOUT_BLOCK_MAX,
+    LAYOUT_VECTOR_MAX,
+    REGISTER_ACC,
+    REGISTER_ACC_MODE,
+    Relayout,
+    draw_cache_columns,
+    draw_reduce_order,
+    draw_register_tile,
+    relayout_rule,
+)
 from tuning.steps import LayoutCacheReadStep, LayoutCacheWriteStep, steps_from_json, steps_to_json
 
 CONV_RELAYOUT = Relayout("kernel", (1, 2, 3, 0), (0, 2, 3, 1))
@@ -182,3 +193,79 @@ def test_short_tune_measures_and_verifies_relayout_candidates(tmp_path: Path,
     ins = _inputs(task, 9)
     want = numpy_conv(ins[0], ins[1], 2, 1)
     np.testing.assert_allclose(_run(task, best.steps, ins, want.shape), want, rtol=1e-4, atol=1e-4)
+
+
+# the register tile, the cache tile and the reduction order of the relayout sketch ------------
+
+
+def test_register_tile_draws_whole_vectors_and_8_to_12_accumulators_mostly() -> None:
+    rng = np.random.default_rng(0)
+    accs = []
+    for ef, ex, ey in [(256, 14, 14), (128, 28, 28), (64, 7, 7), (16, 9, None)]:
+        for _ in range(50):
+            tile = draw_register_tile(ef, ex, ey, rng)
+            assert tile is not None
+            fv, xv, yv = tile
+            assert fv % 8 == 0 and fv <= LAYOUT_VECTOR_MAX and ef % fv == 0
+            assert ex % xv == 0 and xv <= LAYOUT_BLOCK_MAX
+            assert (yv == 1 if ey is None else ey % yv == 0 and yv <= LAYOUT_BLOCK_MAX)
+            accs.append((ex, fv // 8 * xv * yv))
+    assert {a for _, a in accs} <= set(REGISTER_ACC)
+    # 8-12 accumulators where the extents allow them (7 x 7 pixels and 64 channels do not)
+    assert np.mean([a in REGISTER_ACC_MODE for ex, a in accs if ex in (14, 28)]) > 0.65
+    assert {a for ex, a in accs if ex == 7} <= {4, 7}
+    assert draw_register_tile(4, 3, None, rng) is None  # no whole vector of channels
+
+
+def test_cache_columns_and_reduce_order_draws() -> None:
+    rng = np.random.default_rng(1)
+    for rest, xv in [(7, 2), (14, 1), (28, 4), (1, 7)]:
+        for _ in range(20):
+            m = draw_cache_columns(rest, xv, rng)
+            assert rest % m == 0 and (m * xv <= CACHE_COLUMNS_MAX or m == 1)
+    orders = [draw_reduce_order([64, 3, 3], rng) for _ in range(200)]
+    assert [(1,), (3,), (3,)] in orders  # the kernel taps innermost
+    ci_inner = [o for o in orders if o is not None and o[1:] == [(1,), (1,)] and o[0] != (1,)]
+    assert ci_inner and all(64 % o[0][0] == 0 and o[0][0] <= 16 for o in ci_inner)
+    assert None in orders  # left to the uniform draw
+    assert draw_reduce_order([], rng) is None
+
+
+def test_fresh_relayout_candidates_hold_their_register_tile_in_registers() -> None:
+    task = SearchTask(workloads.conv2d, (1, 16, 16, 16, 32, 3, 3, 2, 1))
+    space = SearchSpace(task)
+    rng = np.random.default_rng(5)
+    tiled = 0
+    for _ in range(40):
+        cand = space.instantiate(3, {}, rng)
+        assert cand is not None
+        p = cand.param_dict
+        s0, s1, s2, s3 = (p[f"conv/S{d}"] for d in range(4))  # accumulator axes n, y, x, co
+        acc = s3[2] // 8 * s2[2] * s1[2] * s0[2]
+        if s3[1] == s1[1] == s0[1] == 1 and s3[2] % 8 == 0 and acc in REGISTER_ACC:
+            tiled += 1
+            assert s2[1] * s2[2] <= CACHE_COLUMNS_MAX or s2[1] == 1
+    # the prior (REGISTER_TILE_PRIOR) draws most fresh candidates' tiles together
+    assert tiled >= 20
+
+
+@pytest.mark.parametrize("extra", [
+    # 2 channel vectors x 2 columns x 2 rows, 4 columns in the cache tile, taps innermost
+    {"conv/S3": (1, 1, 16), "conv/S2": (1, 2, 2), "conv/S1": (1, 1, 2), "conv/S0": (1, 1, 1),
+     "conv/R0": (1,), "conv/R1": (3,), "conv/R2": (3,), "conv/unroll_tile": 1},
+    # 1 vector x 4 columns, input channels innermost
+    {"conv/S3": (2, 1, 8), "conv/S2": (1, 1, 4), "conv/S1": (1, 1, 1), "conv/S0": (1, 1, 1),
+     "conv/R0": (4,), "conv/R1": (1,), "conv/R2": (1,), "conv/unroll_tile": 1},
+])
+def test_register_and_cache_tiles_match_numpy_and_replay(extra: dict) -> None:  # type: ignore[type-arg]
+    args = (1, 8, 16, 16, 16, 3, 3, 2, 1)
+    task = SearchTask(workloads.conv2d, args)
+    space = SearchSpace(task)
+    cand = space.instantiate(3, extra, np.random.default_rng(2))
+    assert cand is not None and all(cand.param_dict[k] == v for k, v in extra.items())
+    ins = _inputs(task, 4)
+    want = numpy_conv(ins[0], ins[1], 2, 1)
+    np.testing.assert_allclose(_run(task, cand.steps, ins, want.shape), want, rtol=1e-4, atol=1e-4)
+    same = space.instantiate(3, cand.param_dict)
+    assert same is not None and same.key == cand.key
+    assert steps_from_json(steps_to_json(cand.steps)) == cand.steps
