@@ -66,6 +66,15 @@ def vec_gemm(K: int, depth: int, dtype: str = "float32", vec: int = 4, k_tile: i
     C = te.compute((M, N), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"),
                                                axis=k), name="C")
     s = te.create_schedule(C.op)
+    _pipelined_tiles(s, C, A, B, k_tile, depth, vec)
+    return s, [A, B, C]
+
+
+def _pipelined_tiles(s: te.Schedule, C: te.Tensor, A: te.Tensor, B: te.Tensor, k_tile: int, depth: int,
+                     vec: int | None) -> None:
+    """The GEMM schedule these tests share: 32 x 32 blocks of 8 x 8 threads, a local
+    accumulator, A and B tiles in shared memory fetched cooperatively (as ``vec``-element
+    vectors along their rows, or element by element for None) and pipelined ``depth`` deep."""
     AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
     AL, BL = s.cache_read(AS, "local", [C]), s.cache_read(BS, "local", [C])
     CL = s.cache_write(C, "local")
@@ -84,22 +93,22 @@ def vec_gemm(K: int, depth: int, dtype: str = "float32", vec: int = 4, k_tile: i
     ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=k_tile)
     ci, cj = s[CL].op.axis
     s[CL].reorder(ko, ki, ci, cj)
-    for X in (AS, BS):
-        s[X].compute_at(s[CL], ko)
     s[AL].compute_at(s[CL], ki)
     s[BL].compute_at(s[CL], ki)
     for X in (AS, BS):
-        # the vector along the tile's rows, so its index stays one unit-stride Ramp
-        r, col = s[X].op.axis
-        co, vi = s[X].split(col, factor=vec)
-        fused = s[X].fuse(r, co)
-        _, flat = s[X].split(fused, factor=64)
+        s[X].compute_at(s[CL], ko)
+        if vec is None:
+            _, flat = s[X].split(s[X].fuse(*s[X].op.axis), factor=64)
+        else:
+            # the vector along the tile's rows, so its index stays one unit-stride Ramp
+            r, col = s[X].op.axis
+            co, vi = s[X].split(col, factor=vec)
+            _, flat = s[X].split(s[X].fuse(r, co), factor=64)
+            s[X].vectorize(vi)
         fy, fx = s[X].split(flat, factor=8)
         s[X].bind(fy, ty)
         s[X].bind(fx, tx)
-        s[X].vectorize(vi)
         s[X].pipeline(depth)
-    return s, [A, B, C]
 
 
 def _calls(s: Stmt) -> list[str]:
@@ -316,39 +325,7 @@ def padded_gemm(M: int, N: int, K: int, depth: int, *, vec: int | None = None,
     s = te.create_schedule(C.op)
     s[Ap].compute_inline()
     s[Bp].compute_inline()
-    AS, BS = s.cache_read(Ap, "shared", [C]), s.cache_read(Bp, "shared", [C])
-    AL, BL = s.cache_read(AS, "local", [C]), s.cache_read(BS, "local", [C])
-    CL = s.cache_write(C, "local")
-    tx, ty = te.thread_axis((0, 8), "threadIdx.x"), te.thread_axis((0, 8), "threadIdx.y")
-    i, j = s[C].op.axis
-    by, yi = s[C].split(i, factor=32)
-    bx, xi = s[C].split(j, factor=32)
-    ty_, yi = s[C].split(yi, nparts=8)
-    tx_, xi = s[C].split(xi, nparts=8)
-    s[C].reorder(by, bx, ty_, tx_, yi, xi)
-    s[C].bind(by, te.thread_axis("blockIdx.y"))
-    s[C].bind(bx, te.thread_axis("blockIdx.x"))
-    s[C].bind(ty_, ty)
-    s[C].bind(tx_, tx)
-    s[CL].compute_at(s[C], tx_)
-    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=K_TILE)
-    ci, cj = s[CL].op.axis
-    s[CL].reorder(ko, ki, ci, cj)
-    s[AL].compute_at(s[CL], ki)
-    s[BL].compute_at(s[CL], ki)
-    for X in (AS, BS):
-        s[X].compute_at(s[CL], ko)
-        if vec is None:
-            _, flat = s[X].split(s[X].fuse(*s[X].op.axis), factor=64)
-        else:
-            r, col = s[X].op.axis
-            co, vi = s[X].split(col, factor=vec)
-            _, flat = s[X].split(s[X].fuse(r, co), factor=64)
-            s[X].vectorize(vi)
-        fy, fx = s[X].split(flat, factor=8)
-        s[X].bind(fy, ty)
-        s[X].bind(fx, tx)
-        s[X].pipeline(depth)
+    _pipelined_tiles(s, C, Ap, Bp, K_TILE, depth, vec)
     return s, [A, B, C]
 
 
