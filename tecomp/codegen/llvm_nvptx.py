@@ -101,7 +101,7 @@ _GENERIC = frozenset({
     "vector.reduce.xor",
 })
 # NVVM intrinsics by name (a trailing "." matches a family); what codegen emits now plus the
-# families of the later tensor-core/async-copy work (docs: /work/shared/gpu-facts.md).
+# families of the later tensor-core/async-copy work (docs/gpu-ir.md).
 INTRINSICS: dict[str, Needs] = {
     "nvvm.read.ptx.sreg.tid.": Needs(), "nvvm.read.ptx.sreg.ntid.": Needs(),
     "nvvm.read.ptx.sreg.ctaid.": Needs(), "nvvm.read.ptx.sreg.nctaid.": Needs(),
