@@ -7,9 +7,12 @@ included, found by the search itself). The best kernel of each log is built here
 against the reference, and timed interleaved with PyTorch (or, without PyTorch, with a numpy
 im2col + matmul convolution), best of several rounds: the machine is shared.
 The repacking of the weight is a stage of the tuned kernel (the user passes the plain OIHW
-array); its cost on its own is timed too and printed as a share of the kernel.
+array). The same kernel with its weight packed once, outside (`tuning.prepacked_best`: the
+kernel takes the packed array, a pre-transform makes it) is timed too, interleaved with the
+others, and the pre-transform on its own: the layout-transform cost a user pays once per weight
+instead of on every call.
 
-    python benchmarks/conv_layouts.py [--trials 100] [--layers s2a,s2b,s1,p1] [--log-dir DIR]
+    python benchmarks/conv_layouts.py [--trials 100] [--layers s2a,s2b,s1,p1,l4,l4s2] [--log-dir DIR]
                                       [--spaces plain,default]
 
 ``--spaces default`` tunes the default space alone: half the time, for comparing two versions
@@ -39,8 +42,7 @@ from timing import best_of  # noqa: E402
 
 import tecomp as tc  # noqa: E402
 import tuning  # noqa: E402
-from tecomp import te  # noqa: E402
-from tuning import workloads  # noqa: E402
+from tuning import prepack, workloads  # noqa: E402
 from tuning.measure import aligned_empty  # noqa: E402
 from tuning.space import SearchSpace, Sketch  # noqa: E402
 
@@ -50,6 +52,9 @@ LAYERS: dict[str, tuple[int, ...]] = {
     "s2b": (1, 256, 28, 28, 256, 3, 3, 2, 1),
     "s1": (1, 128, 28, 28, 128, 3, 3, 1, 1),
     "p1": (1, 512, 28, 28, 128, 1, 1, 1, 0),
+    # late layers: 512x512x3x3 weights (9.4 MB), the copy is a large share of the kernel
+    "l4": (1, 512, 7, 7, 512, 3, 3, 1, 1),
+    "l4s2": (1, 512, 14, 14, 512, 3, 3, 2, 1),
 }
 
 
@@ -98,30 +103,23 @@ def tune_layer(args: tuple[int, ...], space: str, trials: int, log: str, seed: i
     return wall, "relayout" if uses else "plain layout"
 
 
-def repack_seconds(args: tuple[int, ...], number: int, repeat: int) -> float:
-    """The weight repacking of the relayout sketch alone ([CO, CI, KH, KW] -> [CI, KH, KW, CO]),
-    on one core, in blocks of 8 output channels (vector stores; the 8 rows read stay in cache
-    across the taps): its share of a tuned kernel. One core, because a parallel kernel this
-    short measured 7-8 ms on the project VM at low load (thread wake-up), 0.08 ms under load."""
-    _, ci, _, _, co, kh, kw, _, _ = args
-    w = te.placeholder((co, ci, kh, kw), "float32", name="w")
-    p = te.compute((ci, kh, kw, co), lambda i, y, x, o: w[o, i, y, x], name="p")
-    s = te.create_schedule(p.op)
-    i, y, x, o = p.op.axis
-    oo, oi = s[p].split(o, factor=8)
-    s[p].reorder(i, oo, y, x, oi)
-    s[p].vectorize(oi)
-    f = tc.build(s, [w, p], name="repack")
-    wa = np.random.default_rng(0).random((co, ci, kh, kw)).astype("float32")
-    pa = np.empty((ci, kh, kw, co), "float32")
-    f(wa, pa)
-    np.testing.assert_array_equal(pa, wa.transpose(1, 2, 3, 0))
-    return float(f.time_evaluator(number=number, repeat=repeat)(wa, pa).min)
+def prepacked(task: tuning.SearchTask, log: str) -> tuple[tuning.Prepacked | None, str]:
+    """The log's best kernel with its weight packed outside (`tuning.prepacked_best`), or,
+    when the best packs no weight (a plain-layout sketch won), the best relayout candidate's
+    (timed with its copy inside, as the tuner times them all); None if the log has none."""
+    pp = tuning.prepacked_best(task, log)
+    if pp.packs:
+        return pp, "best"
+    mine = [r for r in tuning.load_records(log, task) if r.valid and prepack.layout_copies(r.steps)]
+    if not mine:
+        return None, ""
+    return prepack.prepacked_steps(task, min(mine, key=lambda r: r.mean).steps), "best relayout"
 
 
 def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_gflops: float) -> dict[str, Any]:
     line: dict[str, Any] = {"layer": name, "args": list(args), "trials": opts.trials}
     fns = {}
+    pre: dict[str, tuple[Any, Any, Any]] = {}  # space -> (kernel, pre-transform, HoistedLayout)
     for space in opts.spaces:
         log = os.path.join(opts.log_dir, f"{name}-{space}.jsonl")
         wall, best = tune_layer(args, space, opts.trials, log, opts.seed)
@@ -129,10 +127,16 @@ def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_g
         task = tuning.SearchTask(workloads.conv2d, args, target="llvm")
         s, params = task.apply_best(log)
         fns[space] = tc.build(s, params, name=f"conv_{space}")
+        pp, which = prepacked(task, log)
+        if pp is not None:
+            mod = pp.build(name=f"conv_{space}_prepacked")
+            h = pp.packs[0]
+            pre[space] = (mod[f"conv_{space}_prepacked"], mod[pp.pack_name(f"conv_{space}_prepacked", h)], h)
+            line[f"{space}_prepacked_from"] = which
     rng = np.random.default_rng(0)
-    arrs = []
-    for t in task.tensors:
-        a = aligned_empty(tuple(int(d.value) for d in t.shape), t.dtype)  # type: ignore[attr-defined]
+    arrs: list[np.ndarray] = []
+    for tt in task.tensors:
+        a = aligned_empty(tuple(int(d.value) for d in tt.shape), tt.dtype)  # type: ignore[attr-defined]
         a[...] = rng.random(a.shape) if len(arrs) < 2 else 0
         arrs.append(a)
     ref_name, run_ref = reference(arrs[:2], args[7], args[8])
@@ -143,13 +147,26 @@ def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_g
         f(*arrs)
         np.testing.assert_allclose(arrs[2], want, rtol=1e-3, atol=1e-3, err_msg=f"{name} {space}")
         evs[space] = f.time_evaluator(number=opts.number, repeat=opts.repeat)
+    packed = {}
+    for space, (kf, pf, h) in pre.items():
+        wp = aligned_empty(tuple(int(d.value) for d in h.packed.shape), "float32")  # type: ignore[attr-defined]
+        pf(arrs[1], wp)
+        np.testing.assert_array_equal(wp, h.numpy(arrs[1]))
+        arrs[2][...] = np.nan
+        kf(arrs[0], wp, arrs[2])
+        np.testing.assert_allclose(arrs[2], want, rtol=1e-3, atol=1e-3, err_msg=f"{name} {space} prepacked")
+        packed[space] = wp
+        evs[f"{space}_prepacked"] = kf.time_evaluator(number=opts.number, repeat=opts.repeat)
     t_ref = float("inf")
     t = {space: float("inf") for space in evs}
     for _ in range(opts.rounds):  # interleaved: a burst of load hits every side alike
         t_ref = min(t_ref, best_of(run_ref, opts.repeat, opts.number))
         time.sleep(0.05)
         for space, ev in evs.items():
-            t[space] = min(t[space], ev(*arrs).min)
+            run_args = arrs
+            if space.endswith("_prepacked"):  # the packed weight in place of the plain one
+                run_args = [arrs[0], packed[space.removesuffix("_prepacked")], arrs[2]]
+            t[space] = min(t[space], ev(*run_args).min)
             time.sleep(0.05)
     flop = task.flop_ct
     line["reference"], line["ref_ms"] = ref_name, t_ref * 1e3
@@ -158,8 +175,11 @@ def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_g
         line[f"{space}_ms"] = sec * 1e3
         line[f"{space}_ratio"] = t_ref / sec
         line[f"{space}_frac_peak"] = flop / sec / 1e9 / peak_gflops
-    line["repack_ms"] = repack_seconds(args, opts.number, opts.repeat) * 1e3
-    line["repack_share"] = line["repack_ms"] / line[f"{opts.spaces[-1]}_ms"]
+    for space, (_, pf, _h) in pre.items():
+        # the pre-transform alone, on the same arrays: what packing the weight costs, once
+        ev = pf.time_evaluator(number=opts.number, repeat=opts.repeat)
+        line[f"{space}_pack_ms"] = min(ev(arrs[1], packed[space]).min for _ in range(opts.rounds)) * 1e3
+        line[f"{space}_pack_share"] = line[f"{space}_pack_ms"] / line[f"{space}_ms"]
     return line
 
 
@@ -195,8 +215,14 @@ def main() -> None:
             print(f"  {space:8s} {r[f'{space}_ms']:.3f} ms  {r[f'{space}_ratio']:.2f}x {ref}  "
                   f"{100 * r[f'{space}_frac_peak']:.0f}% of peak  best: {r[f'{space}_best_sketch']}  "
                   f"(tuned in {r[f'{space}_tune_s']:.0f} s)")
-        print(f"  weight repack alone {r['repack_ms']:.3f} ms = {100 * r['repack_share']:.1f}% of the "
-              f"{opts.spaces[-1]} kernel")
+            if f"{space}_pack_ms" not in r:
+                print("           prepacked: the log has no relayout candidate")
+                continue
+            print(f"           prepacked kernel ({r[f'{space}_prepacked_from']}) "
+                  f"{r[f'{space}_prepacked_ms']:.3f} ms  {r[f'{space}_prepacked_ratio']:.2f}x {ref}  "
+                  f"{100 * r[f'{space}_prepacked_frac_peak']:.0f}% of peak; its weight pack, run once: "
+                  f"{r[f'{space}_pack_ms']:.3f} ms (= {100 * r[f'{space}_pack_share']:.1f}% of the "
+                  f"{space} kernel)")
         print("JSON " + json.dumps(r))
 
 

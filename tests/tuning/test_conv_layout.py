@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numpy_refs import numpy_conv
 
 import tecomp as tc
 import tuning
@@ -33,19 +34,6 @@ from tuning.steps import LayoutCacheReadStep, LayoutCacheWriteStep, steps_from_j
 
 CONV_RELAYOUT = Relayout("kernel", (1, 2, 3, 0), (0, 2, 3, 1))
 
-
-def numpy_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
-    """Direct NCHW x OIHW convolution, one kernel tap at a time."""
-    n, _, h, wd = x.shape
-    co, _, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))).astype(np.float64)
-    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
-    out = np.zeros((n, co, oh, ow))
-    for y in range(kh):
-        for xx in range(kw):
-            win = xp[:, :, y:y + stride * (oh - 1) + 1:stride, xx:xx + stride * (ow - 1) + 1:stride]
-            out += np.einsum("ncyx,fc->nfyx", win, w[:, :, y, xx])
-    return out.astype(np.float32)
 
 
 def _inputs(task: SearchTask, seed: int = 0) -> list[np.ndarray]:
