@@ -25,6 +25,7 @@ from .machine import Machine
 from .measure import BuildResult, LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult
 from .prepack import Prepacked, prepacked_best
 from .protocols import Builder, Runner
+from .ray_builder import RayBuilder
 from .records import NoValidRecordError, apply_best, best_record, load_model_quality, load_records, load_tasks
 from .scheduler import GradientTaskScheduler
 from .search import SearchOptions
@@ -35,7 +36,7 @@ from .tune import AllCandidatesFailedError, TuneResult, tune, tune_report
 __all__ = [
     "AllCandidatesFailedError", "BuildResult", "Builder", "ConfigEntity", "ConfigSpace", "CostModel",
     "GradientTaskScheduler", "LocalBuilder", "LocalRunner", "Machine", "MeasureErrorNo", "MeasureInput",
-    "MeasureResult", "NoValidRecordError", "Prepacked", "RandomModel", "RayRunner", "Runner", "SearchOptions",
+    "MeasureResult", "NoValidRecordError", "Prepacked", "RandomModel", "RayBuilder", "RayRunner", "Runner", "SearchOptions",
     "SearchTask", "TuneResult", "TuningError", "XGBModel", "apply_best", "best_record", "load_model_quality",
     "load_records", "load_tasks", "prepacked_best", "register_workload", "template", "tune", "tune_report",
 ]

@@ -75,14 +75,26 @@ def cmd_tune(ns: argparse.Namespace) -> int:
     # options not given on the command line keep tune()'s defaults (one place to change them)
     opts: dict[str, Any] = {k: v for k, v in (("batch_size", ns.batch_size), ("remeasure", ns.remeasure))
                             if v is not None}
-    runner = None
-    if ns.ray is not None:
-        runner = _ray_runner(ns, task)
-        opts["runner"] = runner
+    if ns.ray_build and ns.ray in (None, "local"):
+        # --ray local is one node, and its measuring process holds every CPU of it
+        raise TuningError("--ray-build builds on the nodes of a Ray cluster that do not measure: "
+                          "give it with --ray ADDRESS of such a cluster (not local)")
+    runner: Any = None
+    builder: Any = None
     try:
+        if ns.ray is not None:
+            # the runner first: it connects to Ray, and the builder joins that connection
+            runner = opts["runner"] = _ray_runner(ns, task)
+            if ns.ray_build:
+                from .ray_builder import RayBuilder
+
+                builder = opts["builder"] = RayBuilder(ns.ray)
         (res,) = tune([task], trials=ns.trials, log=ns.log, seed=ns.seed, cost_model=ns.cost_model,
                       warm_start=ns.warm_start or None, **opts)
     finally:
+        # the builder first: the runner may own the Ray connection both use
+        if builder is not None:
+            builder.close()
         if runner is not None:
             runner.close()
     if res.interrupted:
@@ -347,6 +359,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "is in) or local (a Ray instance on this machine); needs tecomp[distributed]")
     t.add_argument("--ray-resource", metavar="NAME",
                    help="with --ray: only nodes started with this custom resource measure")
+    t.add_argument("--ray-build", action="store_true",
+                   help="with --ray: compile candidates as Ray tasks on the cluster too, for this "
+                        "machine's CPU (default: on this machine). A measuring node's CPUs are all "
+                        "held by its measurement, so this needs nodes that do not measure: start "
+                        "the measuring ones with --ray-resource's resource and the others without; "
+                        "tuning stops with an error when no CPU is free for a build")
     t.add_argument("--remeasure", type=int,
                    help="best candidates timed again at the end (0: none; default: tune's, 4)")
     t.set_defaults(fn=cmd_tune)

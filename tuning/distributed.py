@@ -127,6 +127,32 @@ def fits(machine: Machine, target: Target) -> bool:
     return target.feature_set <= feats
 
 
+def connect(ray: Any, address: str | None, runtime_env: dict[str, Any] | None,
+            num_cpus: int | None, who: str) -> bool:
+    """Connect this process to Ray unless it is already (then that connection is used as is);
+    True when this call started it, so its caller shuts it down. ``address`` None: a new local
+    instance with ``num_cpus`` of this machine. Shared by `RayRunner` and
+    `tuning.ray_builder.RayBuilder`: Ray allows one connection per process."""
+    if ray.is_initialized():
+        return False
+    kw: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False,
+                          "include_dashboard": False}
+    if runtime_env is not None:
+        kw["runtime_env"] = runtime_env
+    if address is None:
+        kw["num_cpus"] = num_cpus
+    try:
+        ray.init(address=address, **kw)
+    except Exception as e:  # noqa: BLE001 - Ray raises many kinds for a bad address
+        hint = ""
+        if address and address.startswith("ray://") and not os.environ.get("RAY_AUTH_TOKEN"):
+            hint = (" (a cluster of Ray >= 2.59 wants its token: export RAY_AUTH_MODE=token "
+                    "RAY_AUTH_TOKEN=<`ray get-auth-token` on the head>)")
+        raise TuningError(f"{who}: cannot connect to Ray at {address or 'a new local instance'}: "
+                          f"{type(e).__name__}: {e}{hint}") from None
+    return True
+
+
 @dataclass
 class _Slot:
     """One measuring actor and what the runner knows about it."""
@@ -173,24 +199,7 @@ class RayRunner:
         self._jobs = (jobs_from.prepare_job, jobs_from.run_job, jobs_from.machine_job,
                       jobs_from.reference_job)
         self._gpu = jobs_from.machine_job is not LocalRunner.machine_job
-        self._own_ray = False
-        if not ray.is_initialized():
-            kw: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False,
-                                  "include_dashboard": False}
-            if runtime_env is not None:
-                kw["runtime_env"] = runtime_env
-            if address is None:
-                kw["num_cpus"] = num_cpus
-            try:
-                ray.init(address=address, **kw)
-            except Exception as e:  # noqa: BLE001 - Ray raises many kinds for a bad address
-                hint = ""
-                if address and address.startswith("ray://") and not os.environ.get("RAY_AUTH_TOKEN"):
-                    hint = (" (a cluster of Ray >= 2.59 wants its token: export RAY_AUTH_MODE=token "
-                            "RAY_AUTH_TOKEN=<`ray get-auth-token` on the head>)")
-                raise TuningError(f"RayRunner: cannot connect to Ray at {address or 'a new local instance'}: "
-                                  f"{type(e).__name__}: {e}{hint}") from None
-            self._own_ray = True
+        self._own_ray = connect(ray, address, runtime_env, num_cpus, "RayRunner")
         self._lock = threading.Lock()
         self._free: queue.Queue[_Slot] = queue.Queue()
         self._slots: list[_Slot] = []
@@ -439,4 +448,4 @@ class RayRunner:
         self._shutdown()
 
 
-__all__ = ["ClusterLost", "MeasuringActor", "RayRunner", "fits"]
+__all__ = ["ClusterLost", "MeasuringActor", "RayRunner", "connect", "fits"]

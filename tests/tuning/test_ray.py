@@ -11,12 +11,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 import tuning_faults as faults
 import tuning_workloads as wl
+from numpy_refs import check_best_matmul
 
-import tecomp as tc
 import tuning
 from tecomp.codegen.target import Target
 from tuning.machine import Machine, local_machine
@@ -87,13 +86,7 @@ def test_tune_through_ray_writes_local_records_and_resumes(tmp_path: Path, clust
     assert [x["machine"] for x in lines if x.get("kind") == "machine"] == [node.to_json()]
     assert all(r.machine == node for r in recs if r.valid)
     # the best schedule, built here, computes the matmul
-    s, args = task.apply_best(log)
-    f = tc.build(s, args, target="llvm")
-    rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((32, 32)).astype("float32") for _ in range(2))
-    c = np.zeros((32, 32), "float32")
-    f(a, b, c)
-    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    check_best_matmul(task, log, 32)
     # resume: the log's candidates are not measured again, the budget goes on from there
     (again,) = tuning.tune([task], trials=12, log=log, seed=3, batch_size=4, builder=builder,
                            runner=cluster, search=opts, progress=False, remeasure=0)
