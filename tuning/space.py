@@ -13,6 +13,9 @@ CPU flavour):
   "relayout" sketches: the weight repacked output-channel-last, the accumulator permuted the
   same way and copied back, so the vector runs over output channels without gathers for any
   stride (with its padded input inlined, or computed as a stage of its own);
+* a tiled reduction fused with its elementwise epilogue that reads a weight ``W[j, r]`` (a
+  dense layer) also gets an "epilogue" sketch (`space_epilogue`): the weight packed panel by
+  panel so the vector runs over ``j``, the epilogue applied to the register tile;
 * reductions without reuse may be rfactored, so partial results can be vectorized;
 * every other stage is "simple": a compute location, an outer parallel fuse, an inner
   vectorized split, an unroll pragma.
@@ -41,7 +44,18 @@ from tecomp.lowering.inline import effective_bodies
 from tecomp.te.schedule import Stage
 from tecomp.te.tensor import ComputeOp, IterVar, IterVarKind
 
+from .space_epilogue import (
+    EPILOGUE_AT_PRIOR,
+    EPILOGUE_VEC_PRIOR,
+    epilogue_sketches,
+    epilogue_tile_prior,
+    pack_weight,
+    parallel_choices,
+)
+from .space_epilogue import fusible_consumer as _fusible_consumer
+from .space_norm import build_row_sketch, is_row_sketch, row_sketches
 from .space_rules import (
+    EXPENSIVE_CALLS,
     LAYOUT_BLOCK_MAX,
     LAYOUT_VECTOR_MAX,
     MAX_INNERMOST,
@@ -59,6 +73,9 @@ from .space_rules import (
     mutate_tile,
     relayout_rule,
     sample_tile,
+)
+from .space_rules import (
+    readers as _readers,
 )
 from .steps import (
     AnnotationStep,
@@ -93,8 +110,6 @@ MAX_EXPLICIT_UNROLL = 64  # copies of the loop body an explicitly unrolled tile 
 SPATIAL_LEVELS = 3  # inner tile levels of a spatial axis in SSRSRS (the outermost is implied)
 REDUCE_LEVELS = 1
 MAX_SKETCHES = 16
-EXPENSIVE_CALLS = frozenset({"exp", "exp2", "log", "log2", "log10", "tanh", "sigmoid", "erf",
-                             "pow", "sin", "cos", "sqrt", "rsqrt"})
 
 
 @dataclass(frozen=True)
@@ -125,7 +140,7 @@ class Sketch:
             if p.kind == "tile":
                 how = "+cache" if p.cache_write else f"+fuse {p.consumer}" if p.consumer else ""
                 if p.relayout is not None:
-                    how = f"+layout {p.relayout.weight}"
+                    how += f"+layout {p.relayout.weight}"
                 parts.append(f"{p.stage}:tile{how}")
             elif p.kind != "simple":
                 parts.append(f"{p.stage}:{p.kind}")
@@ -156,12 +171,21 @@ class _Mutate:
         self.old = old
 
 
-def _readers(sch_stages: Sequence[Stage], name: str) -> list[Stage]:
-    out = []
-    for st in sch_stages:
-        if isinstance(st.op, ComputeOp) and any(t.op.name == name for t in st.op.input_tensors):
-            out.append(st)
-    return out
+def inline_injective(state: State, outputs: set[str]) -> list[str]:
+    """Inline every injective stage of ``state`` that is not an output, unless it calls an
+    expensive function (exp) and has several readers, which would recompute it; the names."""
+    sch = state.sch
+    inline: list[str] = []
+    for st in sch.stages:
+        op = st.op
+        if not isinstance(op, ComputeOp) or op.reduce_axis or op.name in outputs:
+            continue
+        if _scan(op.body).calls & EXPENSIVE_CALLS and len(_readers(sch.stages, op.name)) > 1:
+            continue
+        inline.append(op.name)
+    for name in inline:
+        state.apply(ComputeInlineStep(name))
+    return inline
 
 
 def generate_sketches(task: SearchTask) -> list[Sketch]:
@@ -169,17 +193,7 @@ def generate_sketches(task: SearchTask) -> list[Sketch]:
     state = State(task)
     sch = state.sch
     outputs = {op.name for op in task.outputs}
-    inline: list[str] = []
-    for st in sch.stages:
-        op = st.op
-        if not isinstance(op, ComputeOp) or op.reduce_axis or op.name in outputs:
-            continue
-        expensive = bool(_scan(op.body).calls & EXPENSIVE_CALLS)
-        if expensive and len(_readers(sch.stages, op.name)) > 1:
-            continue
-        inline.append(op.name)
-    for name in inline:
-        state.apply(ComputeInlineStep(name))
+    inline = inline_injective(state, outputs)
     bodies = effective_bodies(sch)
     live = [st for st in sch.stages if isinstance(st.op, ComputeOp) and st.attach_type != "inline"]
     options: list[list[StagePlan]] = []
@@ -206,8 +220,10 @@ def generate_sketches(task: SearchTask) -> list[Sketch]:
     attachable = [st for st in live if st.op.name not in outputs and st.op.name not in tiled]
     sketches = [Sketch(tuple(combo), at_outer) for combo in itertools.product(*options)
                 for at_outer in ((True, False) if attachable else (False,))]
-    extra = _relayout_sketches(sketches[0], live, outputs, inline) if sketches else []
-    return sketches[:MAX_SKETCHES - len(extra)] + extra
+    # + the dense layers' packed-weight epilogue sketches (`space_epilogue`)
+    extra = (_relayout_sketches(sketches[0], live, outputs, inline)
+             + epilogue_sketches(sketches[0], live)) if sketches else []
+    return row_sketches(task, sketches[:MAX_SKETCHES - len(extra)] + extra)  # + space_norm's one-pass rows
 
 
 def _relayout_sketches(base: Sketch, live: Sequence[Stage], outputs: set[str],
@@ -234,33 +250,6 @@ def _relayout_sketches(base: Sketch, live: Sequence[Stage], outputs: set[str],
             out.append(Sketch(tuple(StagePlan(p.stage, "simple") if p.stage in direct else p
                                     for p in plans), base.at_outer))
     return out
-
-
-def _fusible_consumer(st: Stage, live: Sequence[Stage], bodies: Mapping[Stage, list[Expr]]) -> str | None:
-    """The single elementwise reader of ``st`` that reads it at its own axes, if any."""
-    op = st.op
-    assert isinstance(op, ComputeOp)
-    readers = []
-    for other in live:
-        if other is st:
-            continue
-        loads = [ld for ld in _scan(bodies[other]).loads if ld.producer.op.name == op.name]
-        if loads:
-            readers.append((other, loads))
-    if len(readers) != 1:
-        return None
-    reader, loads = readers[0]
-    rop = reader.op
-    assert isinstance(rop, ComputeOp)
-    if rop.reduce_axis or len(rop.axis) != len(op.axis):
-        return None
-    if [_extent(a) for a in rop.axis] != [_extent(a) for a in op.axis]:
-        return None
-    for ld in loads:
-        if len(ld.indices) != len(rop.axis) or not all(
-                i is a.var for i, a in zip(ld.indices, rop.axis)):
-            return None
-    return rop.name
 
 
 # instantiation -------------------------------------------------------------------------------
@@ -320,6 +309,8 @@ class _Builder:
 
     # the whole sketch ------------------------------------------------------------------------
     def build(self) -> None:
+        if is_row_sketch(self.sketch):
+            return build_row_sketch(self, self.sketch.plans)
         st = self.state
         tile_compute: dict[str, StagePlan] = {}
         tile_consumer: dict[str, tuple[str, StagePlan]] = {}
@@ -332,6 +323,10 @@ class _Builder:
                 self._rfactor(p.stage)
             elif p.kind == "tile":
                 compute = p.stage
+                if p.relayout is not None and p.consumer is not None:  # `space_epilogue`
+                    self.packs[compute] = pack_weight(self, compute, p.stage, p.relayout)
+                    tile_consumer[p.consumer] = (compute, p)
+                    continue
                 if p.relayout is not None:
                     rel = p.relayout
                     compute = f"{p.stage}.local"
@@ -471,14 +466,18 @@ class _Builder:
         yop = self.state.stage(consumer).op
         assert isinstance(cop, ComputeOp) and isinstance(yop, ComputeOp)
         n = len(yop.axis)
+        epi = plan.relayout is not None  # packed weight: register-tile priors (`space_epilogue`)
+        if epi and self.rng is not None and f"{key}/S0" not in self.params:
+            self.params = {**epilogue_tile_prior(key, cop.axis, cop.reduce_axis, self.rng), **self.params}
         s_tiles = self._spatial_tiles(key, cop.axis)
         r_tiles = self._reduce_tiles(key, cop.reduce_axis)
         # consumer: S0 S1 | tile, the tile covering the two inner spatial levels
         yp = self._split_all(consumer, yop.axis, [(f[0], f[1] * f[2]) for f in s_tiles])
         self._reorder(consumer, [p[0] for p in yp] + [p[1] for p in yp] + [p[2] for p in yp])
-        par = self.choice(f"{key}/par", tuple(range(1, 2 * n + 1)))
-        at = self.choice(f"{key}/at", (0, 1))
-        vec = self.choice(f"{key}/vec", (0, 1))
+        par = self.choice(f"{key}/par", parallel_choices([_extent(a) for a in cop.axis], s_tiles) if epi
+                          else tuple(range(1, 2 * n + 1)))
+        at = self.choice(f"{key}/at", (0, 1), EPILOGUE_AT_PRIOR if epi else None)
+        vec = self.choice(f"{key}/vec", (0, 1), EPILOGUE_VEC_PRIOR if epi else None)
         attach = yp[n - 1][at]
         if vec:
             self.apply(AnnotationStep(consumer, self.state.index(consumer, yp[-1][2]), "vectorize"))

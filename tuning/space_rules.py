@@ -9,6 +9,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,17 @@ MAX_INNERMOST = 64  # an innermost tile beyond this is a huge vector or unrolled
 NON_DIVISOR_PROB = 0.1
 VECTOR_TILE_PRIOR = 0.7  # odds that a fresh tile of the vectorizable axis fills whole vectors
 
+# calls costly enough that a stage making them is not inlined into several readers
+EXPENSIVE_CALLS = frozenset({"exp", "exp2", "log", "log2", "log10", "tanh", "sigmoid", "erf",
+                             "pow", "sin", "cos", "sqrt", "rsqrt"})
+
 # analysis of the DAG --------------------------------------------------------------------------
+
+
+def readers(stages: Sequence[Any], name: str) -> list[Any]:
+    """The compute stages among ``stages`` that read the tensor of operation ``name``."""
+    return [st for st in stages
+            if isinstance(st.op, ComputeOp) and any(t.op.name == name for t in st.op.input_tensors)]
 
 
 class _Loads(ExprVisitor):

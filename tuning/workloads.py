@@ -6,6 +6,8 @@ ints so the workload key is stable across processes.
 
 from __future__ import annotations
 
+import math
+
 from tecomp import te
 
 from .task import register_workload
@@ -130,5 +132,91 @@ def layer_norm(n: int, m: int) -> list[te.Tensor]:
     return [X, gamma, beta, out]
 
 
+@register_workload
+def rms_norm(n: int, m: int) -> list[te.Tensor]:
+    """RMS normalisation of the rows of an ``n x m`` fp32 matrix with a per-column scale, eps
+    1e-6 (PyTorch's ``rms_norm(x, (m,), gamma, eps=1e-6)``): one sum of squares per row, then
+    ``x * rsqrt(mean(x^2) + eps) * gamma``."""
+    X = te.placeholder((n, m), "float32", name="X")
+    gamma = te.placeholder((m,), "float32", name="gamma")
+    k = te.reduce_axis((0, m), name="k")
+    ss = te.compute((n,), lambda i: te.sum(X[i, k] * X[i, k], axis=k), name="sumsq")
+    out = te.compute((n, m), lambda i, j: X[i, j] * te.rsqrt(ss[i] * (1.0 / m) + 1e-6) * gamma[j], name="out")
+    return [X, gamma, out]
+
+
+@register_workload
+def group_norm(N: int, C: int, H: int, W: int, G: int) -> list[te.Tensor]:
+    """Group normalisation of an NCHW fp32 tensor over ``G`` groups of ``C // G`` channels with a
+    per-channel scale and shift, eps 1e-5 (PyTorch's ``group_norm(x, G, gamma, beta)``). Like
+    `layer_norm`, the variance is taken about the mean in a second sum (stable for offset data);
+    the statistics are indexed ``[n, c // (C // G)]``, which a sketch splits ``c`` by to reach
+    one group at a time."""
+    if C % G:
+        raise ValueError(f"group_norm: {C} channels do not split into {G} groups")
+    cpg = C // G
+    X = te.placeholder((N, C, H, W), "float32", name="X")
+    gamma = te.placeholder((C,), "float32", name="gamma")
+    beta = te.placeholder((C,), "float32", name="beta")
+    inv = 1.0 / (cpg * H * W)
+    c1, h1, w1 = (te.reduce_axis((0, e), name=f"{a}1") for a, e in (("c", cpg), ("h", H), ("w", W)))
+    total = te.compute((N, G), lambda n, g: te.sum(X[n, g * cpg + c1, h1, w1], axis=[c1, h1, w1]), name="total")
+    c2, h2, w2 = (te.reduce_axis((0, e), name=f"{a}2") for a, e in (("c", cpg), ("h", H), ("w", W)))
+
+    def dev(n: te.Expr, g: te.Expr) -> te.Expr:
+        d = X[n, g * cpg + c2, h2, w2] - total[n, g] * inv
+        return d * d
+
+    sq = te.compute((N, G), lambda n, g: te.sum(dev(n, g), axis=[c2, h2, w2]), name="sqdev")
+    out = te.compute(
+        (N, C, H, W),
+        lambda n, c, y, x: (X[n, c, y, x] - total[n, c // cpg] * inv) * te.rsqrt(sq[n, c // cpg] * inv + 1e-5)
+        * gamma[c] + beta[c], name="out")
+    return [X, gamma, beta, out]
+
+
+@register_workload
+def batch_norm_infer(N: int, C: int, H: int, W: int) -> list[te.Tensor]:
+    """Inference batch normalisation of an NCHW fp32 tensor with running statistics, a scale and
+    a shift, eps 1e-5 (PyTorch's ``batch_norm(x, mean, var, gamma, beta, training=False)``). The
+    per-channel ``scale = gamma * rsqrt(var + eps)`` is a stage of its own (computed once per
+    channel, not per element), so the pass over ``x`` is one multiply-add per element. A variance
+    below 0 (never a running variance; the tuner's random inputs are uniform in [-1, 1]) counts
+    as 0, so every input gives finite outputs that schedules can be checked against."""
+    X = te.placeholder((N, C, H, W), "float32", name="X")
+    mean = te.placeholder((C,), "float32", name="mean")
+    var = te.placeholder((C,), "float32", name="var")
+    gamma = te.placeholder((C,), "float32", name="gamma")
+    beta = te.placeholder((C,), "float32", name="beta")
+    scale = te.compute((C,), lambda c: gamma[c] * te.rsqrt(te.max(var[c], 0.0) + 1e-5), name="scale")
+    shift = te.compute((C,), lambda c: beta[c] - mean[c] * scale[c], name="shift")
+    out = te.compute((N, C, H, W), lambda n, c, y, x: X[n, c, y, x] * scale[c] + shift[c], name="out")
+    return [X, mean, var, gamma, beta, out]
+
+
+
+@register_workload
+def dense_gelu(n: int, k: int, m: int) -> list[te.Tensor]:
+    """``gelu(X @ W.T + b)`` with the tanh approximation of GELU (PyTorch's
+    ``gelu(x, approximate="tanh")``: ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``),
+    BERT's FFN activation, as an epilogue of `dense` (fp32)."""
+    X, W, b, lin = dense(n, k, m)
+    c = math.sqrt(2.0 / math.pi)
+    out = te.compute((n, m), lambda i, j: 0.5 * lin[i, j] * (1.0 + te.tanh(
+        c * (lin[i, j] + 0.044715 * lin[i, j] * lin[i, j] * lin[i, j]))), name="gelu")
+    return [X, W, b, out]
+
+
+@register_workload
+def dense_bias_residual(n: int, k: int, m: int) -> list[te.Tensor]:
+    """``X @ W.T + b + R``: `dense` with a residual add reading a second ``(n, m)`` input, as
+    BERT's attention output and FFN2 projections before their layer norms (fp32)."""
+    X, W, b, lin = dense(n, k, m)
+    R = te.placeholder((n, m), "float32", name="R")
+    out = te.compute((n, m), lambda i, j: lin[i, j] + R[i, j], name="residual")
+    return [X, W, b, R, out]
+
+
 STANDARD = {f.__name__: f for f in (matmul, batch_matmul, conv2d, depthwise_conv2d, softmax, dense, dense_relu,
-                                    layer_norm)}
+                                    dense_gelu, dense_bias_residual,
+                                    layer_norm, rms_norm, group_norm, batch_norm_infer)}
