@@ -9,7 +9,9 @@ scheduler, then each best kernel checked against PyTorch and timed interleaved w
 
 Prints one row per operator: tecomp and PyTorch ms per call (best of interleaved rounds on
 the same arrays), the ratio (PyTorch time / tecomp time: above 1 is faster than PyTorch), and
-the speed as a fraction of this machine's peak (benchmarks/peak.py: GFLOP/s of the fp32 FMA
+``log/now`` (the log's best cost over the time now, both normalised by the machine-speed
+index: 1.00x when the log's claim holds; run with --trials 0 for a fresh process), and the
+speed as a fraction of this machine's peak (benchmarks/peak.py: GFLOP/s of the fp32 FMA
 peak for compute-bound operators, GB/s of the streaming bandwidth for memory-bound ones);
 then the geometric mean of the ratios and the end-to-end latency of each network weighted by
 how often each operator occurs in it. The log resumes: run the same command again to go on.
@@ -39,7 +41,10 @@ from timing import best_of  # noqa: E402
 import tecomp as tc  # noqa: E402
 import tuning  # noqa: E402
 from tuning import workloads as wl  # noqa: E402
-from tuning.measure import aligned_empty  # noqa: E402
+from tuning.machine import local_machine  # noqa: E402
+from tuning.measure import RunOptions  # noqa: E402
+from tuning.records import iter_records  # noqa: E402
+from tuning.speed import MAX_DRIFT, SpeedIndex, kind_of, reference_job  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -105,19 +110,30 @@ MOBILENET = [
     _pw(960, 7, 320, 1), _pw(320, 7, 1280, 1),
 ]
 
-# BERT-base at sequence 128, batch 1: 12 layers of QKV and output projections, the FFN, the
-# attention's two batch matmuls over 12 heads, its softmax and two layer norms
+# BERT-base at sequence 128, batch 1: 12 layers of QKV projections, the attention output
+# projection and FFN2 (each + bias + the residual, before the layer norm), FFN1 (+ bias + GELU,
+# tanh approximation), the attention's two batch matmuls over 12 heads, its softmax and two
+# layer norms
 BERT = [
-    Op("bert_base", "dense 768->768 (qkv, out)", wl.dense, (128, 768, 768), 48),
-    Op("bert_base", "dense+relu 768->3072 (ffn1)", wl.dense_relu, (128, 768, 3072), 12),
-    Op("bert_base", "dense 3072->768 (ffn2)", wl.dense, (128, 3072, 768), 12),
+    Op("bert_base", "dense 768->768 (q, k, v)", wl.dense, (128, 768, 768), 36),
+    Op("bert_base", "dense+res 768->768 (attn out)", wl.dense_bias_residual, (128, 768, 768), 12),
+    Op("bert_base", "dense+gelu 768->3072 (ffn1)", wl.dense_gelu, (128, 768, 3072), 12),
+    Op("bert_base", "dense+res 3072->768 (ffn2)", wl.dense_bias_residual, (128, 3072, 768), 12),
     Op("bert_base", "bmm q.kT 12x128x64x128", wl.batch_matmul, (12, 128, 64, 128), 12),
     Op("bert_base", "bmm attn.v 12x128x128x64", wl.batch_matmul, (12, 128, 128, 64), 12),
     Op("bert_base", "softmax 1536x128", wl.softmax, (12 * 128, 128), 12, "memory"),
     Op("bert_base", "layernorm 128x768", wl.layer_norm, (128, 768), 24, "memory"),
 ]
 
-NETS = {"resnet50": RESNET, "mobilenet_v2": MOBILENET, "bert": BERT}
+# normalisations beyond BERT's layer norm (issue 18): an RMSNorm row at BERT-base's width, and
+# group / inference batch norm on a ResNet-50 layer-1 activation; `--ops norms`
+NORMS = [
+    Op("norms", "rmsnorm 128x768", wl.rms_norm, (128, 768), 1, "memory"),
+    Op("norms", "groupnorm 256@56 G=32", wl.group_norm, (1, 256, 56, 56, 32), 1, "memory"),
+    Op("norms", "batchnorm infer 256@56", wl.batch_norm_infer, (1, 256, 56, 56), 1, "memory"),
+]
+
+NETS = {"resnet50": RESNET, "mobilenet_v2": MOBILENET, "bert": BERT, "norms": NORMS}
 
 
 def torch_fn(op: Op, ins: list[np.ndarray]) -> Callable[[], Any]:
@@ -138,12 +154,23 @@ def torch_fn(op: Op, ins: list[np.ndarray]) -> Callable[[], Any]:
         return lambda: F.linear(t[0], t[1], t[2])
     if w is wl.dense_relu:
         return lambda: torch.relu(F.linear(t[0], t[1], t[2]))
+    if w is wl.dense_gelu:
+        return lambda: F.gelu(F.linear(t[0], t[1], t[2]), approximate="tanh")
+    if w is wl.dense_bias_residual:
+        # addmm's beta path would fuse the residual; BERT's modules add it after the linear
+        return lambda: F.linear(t[0], t[1], t[2]) + t[3]
     if w is wl.batch_matmul:
         return lambda: torch.bmm(t[0], t[1])
     if w is wl.softmax:
         return lambda: torch.softmax(t[0], dim=1)
     if w is wl.layer_norm:
         return lambda: F.layer_norm(t[0], (op.args[1],), t[1], t[2], eps=1e-5)
+    if w is wl.rms_norm:
+        return lambda: F.rms_norm(t[0], (op.args[1],), t[1], eps=1e-6)
+    if w is wl.group_norm:
+        return lambda: F.group_norm(t[0], op.args[4], t[1], t[2], eps=1e-5)
+    if w is wl.batch_norm_infer:
+        return lambda: F.batch_norm(t[0], t[1], t[2], t[3], t[4], training=False, eps=1e-5)
     raise ValueError(f"no PyTorch reference for {op.name}")
 
 
@@ -154,21 +181,24 @@ def _traffic(task: tuning.SearchTask) -> int:
 
 def evaluate(op: Op, task: tuning.SearchTask, log: str, rounds: int, pk: Peak, have_torch: bool) -> dict[str, Any]:
     """Build the log's best schedule of ``task``, check it against PyTorch and time both,
-    interleaved, on the same 64-byte aligned arrays."""
+    interleaved, on the same ordinary numpy arrays; and compare the log's claim with the time
+    now, both normalised by the machine-speed index (``log/now``)."""
     row: dict[str, Any] = {"op": op, "task": task}
     try:
         s, args = task.apply_best(log)
     except tuning.NoValidRecordError:
         row["error"] = "no valid record"
         return row
+    rec = tuning.best_record(log, task)
     f = tc.build(s, args, target=task.target)
     rng = np.random.default_rng(0)
-    ins = []
-    for t in task.tensors[:-1]:
-        a = aligned_empty(tuple(int(d.value) for d in t.shape), t.dtype)  # type: ignore[attr-defined]
-        a[...] = rng.uniform(-1, 1, a.shape)
-        ins.append(a)
-    out = aligned_empty(tuple(int(d.value) for d in task.tensors[-1].shape), "float32")  # type: ignore[attr-defined]
+    # ordinary numpy arrays, as a user's (the tuner measured on 64-byte aligned ones: a claim
+    # must hold on what users pass)
+    ins = [rng.uniform(-1, 1, tuple(int(d.value) for d in t.shape)).astype(t.dtype)  # type: ignore[attr-defined]
+           for t in task.tensors[:-1]]
+    if op.workload is wl.batch_norm_infer:
+        ins[2][...] = np.abs(ins[2]) + 0.1  # a variance: negative ones give NaNs, which compare as no error
+    out = np.zeros(tuple(int(d.value) for d in task.tensors[-1].shape), "float32")  # type: ignore[attr-defined]
     f(*ins, out)
     ev = f.time_evaluator(number=1, repeat=1, min_repeat_ms=50)
     ours: list[float] = []
@@ -181,7 +211,12 @@ def evaluate(op: Op, task: tuning.SearchTask, log: str, rounds: int, pk: Peak, h
         if err > 1e-3:
             row["error"] = f"differs from PyTorch: max error {err:.2g} of the output's RMS"
             return row
+    # the machine's speed now, by the reference kernel of the record's kind, timed beside the
+    # kernel in every round: the fresh time normalised by it is comparable with the log's claim
+    kind = kind_of(rec.steps)
+    refs: list[float] = []
     for _ in range(rounds):
+        refs.append(reference_job(RunOptions())[kind][0])
         ours.append(ev(*ins, out).mean)
         if ref_fn is not None:
             theirs.append(best_of(ref_fn, repeat=3, number=max(1, int(0.02 / max(ours[-1], 1e-7)))))
@@ -190,6 +225,13 @@ def evaluate(op: Op, task: tuning.SearchTask, log: str, rounds: int, pk: Peak, h
         row["torch_ms"] = min(theirs) * 1e3
         row["ratio"] = statistics.median(t / o for t, o in zip(theirs, ours))
     secs = min(ours)
+    # the log's claim (its best record's cost normalised by the speed index) against the time
+    # now normalised alike: within a few percent when the claim holds
+    index = SpeedIndex.from_records(iter_records(log))
+    base = index.baselines.get(f"{local_machine().id}/{kind}")
+    scale = min(MAX_DRIFT, max(1 / MAX_DRIFT, base / statistics.median(refs))) if base else 1.0
+    row["logged_ms"] = index.cost(rec) * 1e3
+    row["now_norm_ms"] = statistics.median(ours) * scale * 1e3
     if op.bound == "memory":
         gbs = _traffic(task) / secs / 1e9
         row["peak"] = f"{gbs:.1f} GB/s, {pk.memory_note(gbs)}"
@@ -226,7 +268,8 @@ def main() -> None:
     print(f"\nmachine: {pk.cpu_name} ({pk.llvm_cpu}, {pk.isa}, {pk.cores} cores): FMA peak "
           f"{pk.fma_gflops:.1f} GFLOP/s, bandwidth {pk.bandwidth_gbs:.1f} GB/s; log {a.log}\n")
     rows = [evaluate(op, t, a.log, a.rounds, pk, have_torch) for op, t in zip(ops, tasks)]
-    print(f"{'net':13s} {'operator':28s} {'x':>3s} {'tecomp ms':>10s} {'torch ms':>9s} {'ratio':>6s}  peak")
+    print(f"{'net':13s} {'operator':28s} {'x':>3s} {'tecomp ms':>10s} {'torch ms':>9s} {'ratio':>6s} "
+          f"{'log/now':>8s}  peak")
     for r in rows:
         op = r["op"]
         if "error" in r:
@@ -234,12 +277,19 @@ def main() -> None:
             continue
         tm = f"{r['torch_ms']:9.3f}" if "torch_ms" in r else f"{'-':>9s}"
         ratio = f"{r['ratio']:5.2f}x" if "ratio" in r else f"{'-':>6s}"
-        print(f"{op.net:13s} {op.name:28s} {op.weight:3d} {r['ms']:10.3f} {tm} {ratio}  {r['peak']}")
+        claim = r["logged_ms"] / r["now_norm_ms"]
+        print(f"{op.net:13s} {op.name:28s} {op.weight:3d} {r['ms']:10.3f} {tm} {ratio} {claim:7.2f}x  {r['peak']}")
     ratios = [r["ratio"] for r in rows if "ratio" in r]
     if ratios:
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         print(f"\ngeometric mean of the ratios: {geo:.2f}x over {len(ratios)} operators; lowest "
               f"{min(ratios):.2f}x ({min((r for r in rows if 'ratio' in r), key=lambda r: r['ratio'])['op'].name})")
+    claims = [(r["logged_ms"] / r["now_norm_ms"], r["op"].name) for r in rows if "logged_ms" in r]
+    if claims:
+        off = [c for c in claims if abs(c[0] - 1) > 0.05]
+        print(f"log/now: the log's best (normalised by the speed index) over the time now on "
+              f"ordinary numpy arrays (normalised alike); {len(claims) - len(off)} of {len(claims)} "
+              f"within 5%" + (f"; off: {', '.join(f'{n} {c:.2f}x' for c, n in off)}" if off else ""))
     for net in a.ops:
         mine = [r for r in rows if r["op"].net == NETS[net][0].net and "ms" in r]
         if not mine:
