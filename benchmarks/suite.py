@@ -263,7 +263,9 @@ def main() -> None:
         print("PyTorch is not installed: tecomp's times only (pip install torch, the CPU build)")
     if budget:
         # one budget, spent where the weighted end-to-end latency gains most
-        tuning.tune(tasks, trials=budget, log=a.log, seed=a.seed, weights=[op.weight for op in ops])
+        # tune's budget for several tasks is trials x len(tasks)
+        tuning.tune(tasks, trials=max(1, budget // len(tasks)), log=a.log, seed=a.seed,
+                    weights=[op.weight for op in ops])
     pk = measure_peak(quick=True, verbose=False)
     print(f"\nmachine: {pk.cpu_name} ({pk.llvm_cpu}, {pk.isa}, {pk.cores} cores): FMA peak "
           f"{pk.fma_gflops:.1f} GFLOP/s, bandwidth {pk.bandwidth_gbs:.1f} GB/s; log {a.log}\n")
