@@ -179,17 +179,18 @@ def _traffic(task: tuning.SearchTask) -> int:
                for t in task.tensors)
 
 
-def evaluate(op: Op, task: tuning.SearchTask, log: str, rounds: int, pk: Peak, have_torch: bool) -> dict[str, Any]:
+def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, rounds: int, pk: Peak,
+             have_torch: bool) -> dict[str, Any]:
     """Build the log's best schedule of ``task``, check it against PyTorch and time both,
     interleaved, on the same ordinary numpy arrays; and compare the log's claim with the time
     now, both normalised by the machine-speed index (``log/now``)."""
     row: dict[str, Any] = {"op": op, "task": task}
     try:
-        s, args = task.apply_best(log)
+        rec = tuning.best_record(log, task)
     except tuning.NoValidRecordError:
         row["error"] = "no valid record"
         return row
-    rec = tuning.best_record(log, task)
+    s, args = task.apply_steps(rec.steps)
     f = tc.build(s, args, target=task.target)
     rng = np.random.default_rng(0)
     # ordinary numpy arrays, as a user's (the tuner measured on 64-byte aligned ones: a claim
@@ -227,7 +228,6 @@ def evaluate(op: Op, task: tuning.SearchTask, log: str, rounds: int, pk: Peak, h
     secs = min(ours)
     # the log's claim (its best record's cost normalised by the speed index) against the time
     # now normalised alike: within a few percent when the claim holds
-    index = SpeedIndex.from_records(iter_records(log))
     base = index.baselines.get(f"{local_machine().id}/{kind}")
     scale = min(MAX_DRIFT, max(1 / MAX_DRIFT, base / statistics.median(refs))) if base else 1.0
     row["logged_ms"] = index.cost(rec) * 1e3
@@ -269,7 +269,8 @@ def main() -> None:
     pk = measure_peak(quick=True, verbose=False)
     print(f"\nmachine: {pk.cpu_name} ({pk.llvm_cpu}, {pk.isa}, {pk.cores} cores): FMA peak "
           f"{pk.fma_gflops:.1f} GFLOP/s, bandwidth {pk.bandwidth_gbs:.1f} GB/s; log {a.log}\n")
-    rows = [evaluate(op, t, a.log, a.rounds, pk, have_torch) for op, t in zip(ops, tasks)]
+    index = SpeedIndex.from_records(iter_records(a.log)) if os.path.exists(a.log) else SpeedIndex()
+    rows = [evaluate(op, t, a.log, index, a.rounds, pk, have_torch) for op, t in zip(ops, tasks)]
     print(f"{'net':13s} {'operator':28s} {'x':>3s} {'tecomp ms':>10s} {'torch ms':>9s} {'ratio':>6s} "
           f"{'log/now':>8s}  peak")
     for r in rows:
