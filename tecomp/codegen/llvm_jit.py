@@ -37,7 +37,8 @@ def ensure_llvm_initialized() -> None:
 
 @functools.cache
 def load_compiler_runtime() -> None:
-    """Make libgcc's soft-float helpers (``__truncdfhf2`` for double -> half...) resolvable.
+    """Make libgcc's soft-float helpers (``__truncdfhf2`` for double -> half...) and libm's
+    functions resolvable.
 
     LLVM lowers some conversions to these calls; MCJIT only finds symbols that are already
     loaded into the process, and Python itself does not need libgcc_s.
@@ -46,6 +47,13 @@ def load_compiler_runtime() -> None:
     try:
         llvm.load_library_permanently(name)
     except RuntimeError:  # pragma: no cover - then only float16 <-> float64 casts are affected
+        pass
+    # libm too: the symbol check before the first engine of a process finds only libraries
+    # loaded permanently (MCJIT adds the process's own symbols when it is created), so a
+    # process whose first kernel called fmodf/log1pf was told libm was missing
+    try:
+        llvm.load_library_permanently(ctypes.util.find_library("m") or "libm.so.6")
+    except RuntimeError:  # pragma: no cover - a libc without a separate libm
         pass
 
 

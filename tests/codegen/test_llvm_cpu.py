@@ -608,3 +608,30 @@ def test_shadowed_let_bindings_are_restored() -> None:
     a = np.zeros(2, np.int32)
     f(a)
     np.testing.assert_array_equal(a, [13, 3])
+
+
+def test_libm_call_in_the_first_kernel_of_a_fresh_process():
+    # llvm_jit checked a kernel's extern symbols before the process's first MCJIT engine made
+    # the process's own symbols visible, so a fresh process whose first kernel called
+    # fmodf/log1pf was told libm was missing (the test suite never saw it: an earlier kernel
+    # had created an engine)
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np
+        import tecomp as tc
+        from tecomp import te
+        A = te.placeholder((64,), name="A")
+        B = te.compute((64,), lambda i: te.fmod(A[i], 0.3) + te.log1p(A[i]), name="B")
+        f = tc.build(te.create_schedule(B.op), [A, B], "llvm")
+        a = np.random.default_rng(0).random(64).astype("float32")
+        b = np.empty_like(a)
+        f(a, b)
+        ref = np.fmod(a, np.float32(0.3)) + np.log1p(a)
+        print(float(np.abs(b - ref).max()))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout.strip().splitlines()[-1]) < 1e-6
