@@ -137,8 +137,10 @@ class Lowering:
                         f"placeholder {st.op.name} is read but not passed in the argument list"
                     )
         self.dim_vars: list[Var] = []
-        for b in self.params:
-            for d in b.shape:
+        # the shapes' dims first, then the vars of strided arguments' strides (binds): both
+        # travel as int64 arguments after the buffers, bound from the arrays' shapes/strides
+        for exts in [b.shape for b in self.params] + [b.strides for b in self.params]:
+            for d in exts:
                 for v in sorted(free_vars(d), key=lambda x: x.name):
                     if all(v is not x for x in self.dim_vars):  # identity: == builds IR
                         self.dim_vars.append(v)
@@ -160,13 +162,13 @@ class Lowering:
 
     def _arg_buffer(self, t: Tensor) -> Buffer:
         """The parameter buffer of argument ``t``: the user's ``binds`` entry if any, else a
-        compact one. A bound buffer's symbolic strides and elem_offset describe a C-contiguous
-        array passed by its data pointer (what the runtime accepts), so they are fixed to
-        the compact strides and 0 here; constants that disagree are refused."""
+        compact one. A bound buffer keeps its strides (`te.extern.arg_layout`: symbolic ones
+        become dims bound from the array's strides at call time); its elem_offset is 0, as
+        the array is passed by its own data pointer. cuda kernels take compact arrays only."""
         bound = self.binds.get(t)
         if bound is None:
             return Buffer(t.name.replace(".", "_"), tuple(t.shape), t.dtype)
-        return _arg_buffer_from_bind(t, bound, self.name)
+        return _arg_buffer_from_bind(t, bound, self.name, self.gpu)
 
     def _bind_special(self) -> None:
         """Buffers of extern and scan stages: the argument's, else a local one of the full
@@ -777,11 +779,11 @@ def _check_binds(binds: Mapping[Tensor, Buffer] | None, name: str) -> dict[Tenso
     return out
 
 
-def _arg_buffer_from_bind(t: Tensor, b: Buffer, name: str) -> Buffer:
-    """A bound argument buffer, its layout fixed to a C-contiguous array (see _arg_buffer)."""
-    from ..te.extern import compact_layout
+def _arg_buffer_from_bind(t: Tensor, b: Buffer, name: str, gpu: bool = False) -> Buffer:
+    """A bound argument buffer: the tensor's shape with ``b``'s strides (see _arg_buffer)."""
+    from ..te.extern import arg_layout
 
-    return compact_layout(b, tuple(t.shape), f"{name}: binds of {t.name}")
+    return arg_layout(b, tuple(t.shape), f"{name}: binds of {t.name}", gpu)
 
 
 def lower_schedule(sch: Schedule, args: Sequence[Any], name: str = "main",

@@ -3,7 +3,10 @@
 A compiled kernel is ``int32_t f(T* A, ..., int64_t n, ...)``: it trusts its caller completely,
 so every check happens here, once per call, with errors that name the argument: wrong count,
 dtype, rank, shape (constants and symbolic dims bound consistently across arguments),
-non-contiguous memory, read-only or overlapping outputs.
+non-contiguous memory, read-only or overlapping outputs. A parameter with ``strides`` (a
+buffer bound with ``binds=`` to a strided ``decl_buffer``) takes a non-contiguous array: its
+symbolic strides are dims (int64 arguments, after the shape dims) bound from the array's
+strides in elements, its constant strides must match them.
 
 This module must not import llvmlite: libraries loaded from disk reuse it. Parameter
 descriptions (`ParamSpec`) are plain data so they can be stored in a JSON manifest.
@@ -40,6 +43,9 @@ class ParamSpec:
     output: bool = False
     # a scalar parameter (a te.var in the argument list): passed by value, shape ()
     scalar: bool = False
+    # a strided buffer: one stride per axis in elements, written like shape entries (an int,
+    # a dim name, an expression over dims); None for a C-contiguous array
+    strides: tuple[int | str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON data (library manifests, tuning records); `from_json` reads it back."""
@@ -47,6 +53,8 @@ class ParamSpec:
                                "output": self.output}
         if self.scalar:  # only then, so manifests of buffer-only kernels stay as they were
             out["scalar"] = True
+        if self.strides is not None:  # likewise
+            out["strides"] = list(self.strides)
         return out
 
     @staticmethod
@@ -67,19 +75,26 @@ class ParamSpec:
                              f"{', '.join(dt.SCALAR_DTYPES)}, got {dtype!r}")
         if not isinstance(shape, list):
             raise ValueError(f"parameter {name!r}: 'shape' must be a list, got {shape!r}")
-        for s in shape:
+        strides = data.get("strides")
+        if strides is not None and (not isinstance(strides, list) or len(strides) != len(shape)):
+            raise ValueError(f"parameter {name!r}: 'strides' must be a list of {len(shape)} "
+                             f"entries, got {strides!r}")
+        for s in [*shape, *(strides or [])]:
             ok = (isinstance(s, int) and not isinstance(s, bool) and s >= 0) or (
                 isinstance(s, str) and _SHAPE_EXPR.match(s) is not None)
             if not ok:
-                raise ValueError(f"parameter {name!r}: shape entry {s!r} is neither an extent "
-                                 "nor an arithmetic expression over dim names")
+                raise ValueError(f"parameter {name!r}: shape or stride entry {s!r} is neither "
+                                 "an extent nor an arithmetic expression over dim names")
         if not isinstance(output, bool):
             raise ValueError(f"parameter {name!r}: 'output' must be true or false")
         scalar = data.get("scalar", False)
         if not isinstance(scalar, bool) or (scalar and (shape or output)):
             raise ValueError(f"parameter {name!r}: 'scalar' must be true or false, and a scalar "
                              "has shape [] and is no output")
-        return ParamSpec(name, dtype, tuple(shape), output, scalar)
+        if scalar and strides is not None:
+            raise ValueError(f"parameter {name!r}: a scalar has no strides")
+        return ParamSpec(name, dtype, tuple(shape), output, scalar,
+                         None if strides is None else tuple(strides))
 
 
 _SHAPE_EXPR = re.compile(r"^[A-Za-z0-9_+\-*/%(), ]+$")
@@ -202,6 +217,27 @@ class ArgChecker:
             self._axes.append(tuple(axes))
             self._shape_text.append("(" + ", ".join(str(s) for s in p.shape)
                                     + ("," if len(p.shape) == 1 else "") + ")")
+        # strided params: (param, ((axis, kind, payload), ...)), walked after the shapes (a
+        # stride may name a dim a later shape binds); a dim first seen in a stride is bound
+        # from it. _stride_of[dim] = (param, axis) for messages.
+        self._strided: list[tuple[int, tuple[tuple[int, int, Any], ...]]] = []
+        self._stride_of: dict[int, tuple[int, int]] = {}
+        for i, p in enumerate(self.params):
+            if p.strides is None:
+                continue
+            saxes: list[tuple[int, int, Any]] = []
+            for ax, s in enumerate(p.strides):
+                if isinstance(s, (int, np.integer)):
+                    saxes.append((ax, _CONST, int(s)))
+                elif s in dim_index and dim_index[s] not in bound:
+                    bound.add(dim_index[s])
+                    self._stride_of[dim_index[s]] = (i, ax)
+                    saxes.append((ax, _BIND, dim_index[s]))
+                elif s in dim_index:
+                    saxes.append((ax, _CHECK, (dim_index[s], s)))
+                else:
+                    saxes.append((ax, _CHECK, (compile(s, f"<strides of {p.name}>", "eval"), s)))
+            self._strided.append((i, tuple(saxes)))
         missing = [n for i, n in enumerate(self.dim_names) if i not in bound]
         if missing:
             from ..errors import TecompError
@@ -293,7 +329,7 @@ class ArgChecker:
                                 f"{v[1]} = {dims[v[0]]} from the shape of {self._who(j)}"
                             )
             flags = a.flags
-            if not flags.c_contiguous:
+            if not flags.c_contiguous and self.params[i].strides is None:
                 raise ValueError(f"{self._who(i)}: the array must be C-contiguous "
                                  "(use np.ascontiguousarray)")
             if not flags.writeable and self.params[i].output:
@@ -310,11 +346,53 @@ class ArgChecker:
                 shp = arrays[self._arr_index[i]].shape
                 if shp[ax] != eval(code, _SHAPE_NS, env):
                     raise self._shape_error(i, shp, dims)
+        if self._strided:
+            self._bind_strides(arrays, dims)
         if self.check_overlap and self._outputs:
             self._check_overlap(arrays, cargs)
         cargs.extend(dims)  # type: ignore[arg-type]
         cargs.extend(cscalars)  # type: ignore[arg-type]
         return arrays, cargs
+
+    def _bind_strides(self, arrays: list[np.ndarray], dims: list[int | None]) -> None:
+        """Bind or check the strides of the strided params against their arrays' strides."""
+        for i, saxes in self._strided:
+            a = arrays[self._arr_index[i]]
+            item = a.itemsize
+            for ax, bst in enumerate(a.strides):
+                if bst < 0 or bst % item:
+                    raise ValueError(
+                        f"{self._who(i)}: byte stride {bst} of axis {ax} is "
+                        f"{'negative' if bst < 0 else f'not a multiple of the item size ({item})'}"
+                        "; a strided argument needs non-negative strides in whole elements "
+                        "(use np.ascontiguousarray or a view without reversed axes)")
+            want = self.params[i].strides
+            env: dict[str, int | None] | None = None
+            for ax, kind, v in saxes:
+                got = a.strides[ax] // item
+                if kind == _BIND:
+                    dims[v] = got
+                    continue
+                if a.shape[ax] <= 1:
+                    continue  # the stride of an axis of extent 0 or 1 never addresses anything
+                if kind == _CONST:
+                    exp, why = v, ""
+                elif isinstance(v[0], int):
+                    exp = dims[v[0]]
+                    src = self._stride_of.get(v[0])
+                    where = (f"the strides of {self._who(src[0])}" if src is not None
+                             else f"the shape of {self._who(self._bound_by[v[0]])}"
+                             if v[0] in self._bound_by else "a scalar argument")
+                    why = f" ({v[1]} = {exp} from {where})"
+                else:
+                    if env is None:
+                        env = dict(zip(self.dim_names, dims, strict=True))
+                    exp, why = eval(v[0], _SHAPE_NS, env), f" ({v[1]})"
+                if got != exp:
+                    raise ValueError(
+                        f"{self._who(i)}: axis {ax} has a stride of {got} elements "
+                        f"({a.strides[ax]} bytes), but the kernel was built for strides "
+                        f"[{', '.join(map(str, want or ()))}]: expected {exp}{why}")
 
     def _convert_scalars(self, args: Sequence[object], dims: list[int | None]) -> list[int | float]:
         """Check the scalar arguments; bind or check the dims they name; return the C ones."""
@@ -338,15 +416,36 @@ class ArgChecker:
         pos = self._buf_pos  # arrays/ptrs hold the buffer arguments only
         for o in self._outputs:
             i = self._arr_index[o]
-            lo, n = ptrs[i], arrays[i].nbytes
+            lo, n = ptrs[i], _span_bytes(arrays[i])
             if n == 0:
                 continue
             for j, a in enumerate(arrays):
-                if j != i and a.nbytes and lo < ptrs[j] + a.nbytes and ptrs[j] < lo + n:
+                m = _span_bytes(a)
+                if j != i and m and lo < ptrs[j] + m and ptrs[j] < lo + n:
+                    if not (arrays[i].flags.c_contiguous and a.flags.c_contiguous) and \
+                            not _may_share(arrays[i], a):
+                        continue  # interleaved strided views (e.g. column slices of one array)
                     raise ValueError(
                         f"{self._who(o)} overlaps the memory of {self._who(pos[j])}; outputs "
                         "must not share memory with other arguments (pass a separate array)"
                     )
+
+
+def _span_bytes(a: np.ndarray) -> int:
+    """Bytes from ``a``'s first element to the end of its last (strides checked >= 0)."""
+    if a.flags.c_contiguous or a.size == 0:
+        return int(a.nbytes)
+    return int(a.itemsize + sum((n - 1) * s for n, s in zip(a.shape, a.strides, strict=True)))
+
+
+def _may_share(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays whose address ranges overlap share an element (exactly, within a
+    bounded effort; too hard to tell counts as sharing)."""
+    try:
+        # numpy's stubs allow only -1/0, but any positive bound is documented and works
+        return bool(np.shares_memory(a, b, max_work=100_000))  # type: ignore[arg-type]
+    except np.exceptions.TooHardError:
+        return True
 
 
 # construction from IR ---------------------------------------------------------------------
@@ -441,7 +540,10 @@ def specs_from_primfunc(func: S.PrimFunc) -> tuple[list[ParamSpec], list[str]]:
         shape: list[int | str] = []
         for s in b.shape:
             shape.append(s.value if isinstance(s, E.IntImm) else _py_expr(s, names))
-        specs.append(ParamSpec(b.name, dt.element(b.dtype), tuple(shape), i in outs))
+        strides = tuple(s.value if isinstance(s, E.IntImm) else _py_expr(s, names)
+                        for s in b.strides) if b.strides else None
+        specs.append(ParamSpec(b.name, dt.element(b.dtype), tuple(shape), i in outs,
+                               strides=strides))
     # scalar parameters (te.var arguments) go back to their places in the argument list; one
     # that is also a dim carries the dim's name (the checker binds or checks that dim by it)
     for pos, v in sorted(func.attrs.get("scalar_params", ()), key=lambda x: x[0]):

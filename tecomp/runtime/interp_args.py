@@ -92,7 +92,12 @@ def bind_args(func: S.PrimFunc, args: Sequence[Any], evaluate: Callable[[E.Expr,
             item = arr.itemsize
             for axis, (e, st) in enumerate(zip(buf.strides, arr.strides, strict=True)):
                 if st % item or st < 0 or not arr.dtype.isnative:
-                    raise ValueError(f"{name}: byte stride {st} of dim {axis} is not usable")
+                    why = ("is negative" if st < 0 else "is not a multiple of the item size "
+                           f"({item})" if st % item else "is of a non-native byte order array")
+                    raise ValueError(f"{name}: byte stride {st} of dim {axis} {why}; a strided "
+                                     "argument needs non-negative strides in whole elements")
+                if arr.shape[axis] <= 1 and not isinstance(e, E.Var):
+                    continue  # never addresses anything (numpy's strides there are arbitrary)
                 unify(e, st // item, f"{name} stride {axis} (elements)")
             span = 1 + sum((n - 1) * (st // item) for n, st in zip(arr.shape, arr.strides, strict=True))
             flat = np.lib.stride_tricks.as_strided(arr, (span if arr.size else 0,), (item,))

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from .cuda import CudaKernel, CudaModule, KernelSequence, LaunchPlan
 
 SCHEMA = "tecomp-library"
-SCHEMA_VERSION = 2  # 2: cuda functions ("cuda" section, entries of "kind": "cuda")
+SCHEMA_VERSION = 3  # the newest read here; 3: strided buffer parameters ("strides" in a param)
+CUDA_SCHEMA_VERSION = 2  # 2: cuda functions ("cuda" section, entries of "kind": "cuda")
 CPU_SCHEMA_VERSION = 1  # what a library of CPU functions only is written as (older readers load it)
 
 # LLVM feature name -> /proc/cpuinfo flag, for the x86 extensions LLVM emits on its own when
@@ -689,7 +690,7 @@ def load_module(path: str | os.PathLike[str],
     return LoadedModule(where, man, handle, header if header.is_file() else None, images)
 
 
-__all__ = ["CPU_FLAGS", "CPU_SCHEMA_VERSION", "CudaImages", "KernelEntry", "LoadedCudaFunction",
+__all__ = ["CPU_FLAGS", "CPU_SCHEMA_VERSION", "CUDA_SCHEMA_VERSION", "CudaImages", "KernelEntry", "LoadedCudaFunction",
            "LoadedModule", "Manifest", "SCHEMA", "SCHEMA_VERSION",
            "check_runnable", "host_cpu_flags", "library_files", "load_module", "missing_features",
            "read_manifest"]

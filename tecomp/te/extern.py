@@ -3,10 +3,16 @@ typically a call into a C library (``te.call_extern("int32", "cblas_sgemm", ...)
 the buffers as pointers (``buf.data`` / ``buf.access_ptr("r")``).
 
 ``decl_buffer`` (TVM's ``tvm.tir.decl_buffer``) declares the buffers the body sees; lowering
-binds them to the real storage of the inputs and outputs (`bind_extern_body`). Pointers are
-what an extern function reads, so every buffer an extern op sees is a C-contiguous array:
-symbolic strides and elem_offset (TVM's ``strides=[te.var("s"), 1]``, ``offset_factor``) are
-fixed to the compact layout and 0, and constants that contradict that layout are refused.
+binds them to the real storage of the inputs and outputs (`bind_extern_body`). Intermediate
+buffers are C-contiguous; a kernel argument bound (``binds=``) to a buffer with strides keeps
+them (`arg_layout`): each symbolic stride (TVM's ``strides=[te.var("s"), 1]``) is an int64
+kernel argument bound at call time from the array's strides, like a symbolic dim, so an extern
+function gets the pointer and can be passed the stride (a BLAS ``lda``). An extern's declared
+strides are unified with those of the storage it is bound to: a symbolic one takes the real
+stride, a constant one must equal it, and a buffer declared without strides must be bound to
+compact storage. The array is passed by its own data pointer, so elem_offset is 0 (a symbolic
+one is bound to 0, and ``offset_factor`` promises nothing more than the element alignment
+numpy gives).
 
 For the interpreter (`tecomp.runtime.interp`), ``register_extern(name, fn)`` gives a C symbol
 a Python implementation; it receives `interp.Pointer` values for pointers.
@@ -18,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..arith.simplify import simplify
-from ..errors import TecompError
+from ..errors import LoweringError, TecompError
 from ..ir import dtype as dt
 from ..ir.buffer import Buffer
 from ..ir.expr import BufferLoad, Call, Expr, IntImm, Var, const, to_expr
@@ -92,10 +98,14 @@ def _compact(shape: Sequence[Expr]) -> list[Expr]:
     return list(reversed(out))
 
 
-def layout_vars(buf: Buffer, shape: Sequence[Expr], what: str) -> dict[Var, Expr]:
-    """Values of ``buf``'s free layout variables (shape, strides, elem_offset) for the
-    C-contiguous array of ``shape`` it stands for; TecompError when ``buf`` cannot describe
-    such an array (a wrong rank, a constant extent, stride or offset that disagrees)."""
+def layout_vars(buf: Buffer, shape: Sequence[Expr], what: str,
+                strides: Sequence[Expr] | None = ()) -> dict[Var, Expr]:
+    """Values of ``buf``'s free layout variables (shape, strides, elem_offset) for the array
+    of ``shape`` it stands for, C-contiguous unless ``strides`` (in elements) are given: those
+    of the storage (a strided argument's, `arg_layout`). ``strides=None`` leaves ``buf``'s
+    strides unchecked (an extern's declaration, checked against its storage at lowering).
+    TecompError when ``buf`` cannot describe that array (a wrong rank, a constant extent,
+    stride or offset that disagrees, no strides for strided storage)."""
     if len(buf.shape) != len(shape):
         raise TecompError(f"{what}: buffer {buf.name} has {len(buf.shape)} dimensions, the "
                           f"tensor has {len(shape)} ({', '.join(map(str, shape))})")
@@ -117,9 +127,16 @@ def layout_vars(buf: Buffer, shape: Sequence[Expr], what: str) -> dict[Var, Expr
 
     for k, (d, want) in enumerate(zip(buf.shape, shape)):
         unify(d, want, f"dimension {k}")
-    if buf.strides:
-        for k, (s, want) in enumerate(zip(buf.strides, _compact(shape))):
-            unify(s, want, f"stride {k} (the arrays are C-contiguous)")
+    if strides and not buf.strides:
+        # the extern function would address strided storage as if it were compact
+        raise TecompError(
+            f"{what}: buffer {buf.name} is declared without strides (C-contiguous), but it is "
+            f"bound to strided storage (strides [{', '.join(map(str, strides))}]); declare it "
+            f"with strides=[te.var(...), ...] and pass the stride to the extern function")
+    if buf.strides and strides is not None:
+        how = "strided storage" if strides else "C-contiguous storage"
+        for k, (s, want) in enumerate(zip(buf.strides, strides or _compact(shape))):
+            unify(s, want, f"stride {k} ({how})")
     unify(buf.elem_offset, const(0, buf.elem_offset.dtype), "elem_offset")
     return vmap
 
@@ -129,6 +146,39 @@ def compact_layout(buf: Buffer, shape: Sequence[Expr], what: str) -> Buffer:
     data Var is kept so code that names ``buf.data`` still finds it."""
     layout_vars(buf, shape, what)
     return Buffer(buf.name, tuple(shape), buf.dtype, data=buf.data, align=buf.align)
+
+
+def arg_layout(buf: Buffer, shape: Sequence[Expr], what: str, gpu: bool = False) -> Buffer:
+    """The kernel parameter for an argument of ``shape`` bound to ``buf`` (``binds=``).
+
+    Its shape is the tensor's (``buf``'s free extents unified with it) and its elem_offset 0
+    (the array comes by its own data pointer; a nonzero constant is refused). ``buf``'s
+    strides are kept, their free vars becoming kernel dims the runtime binds from the array's
+    strides; strides that work out to the compact ones are dropped, so the parameter is an
+    ordinary C-contiguous one. The data Var is kept (extern bodies name ``buf.data``).
+    ``gpu``: a cuda kernel, which takes compact arrays only (LoweringError otherwise)."""
+    vmap = layout_vars(buf, shape, what, strides=None)
+    strides: tuple[Expr, ...] = ()
+    if buf.strides:
+        strides = tuple(simplify(substitute(s, vmap) if vmap else s) for s in buf.strides)
+        for k, s in enumerate(strides):
+            if not dt.is_int(s.dtype) or dt.lanes(s.dtype) != 1:
+                raise TecompError(f"{what}: stride {k} of buffer {buf.name} must be an integer "
+                                  f"expression, got {s} ({s.dtype})")
+            if isinstance(s, IntImm) and s.value < 0:
+                raise TecompError(f"{what}: stride {k} of buffer {buf.name} is {s.value}; "
+                                  "negative strides are not supported")
+        compact = [simplify(c) for c in _compact(shape)]
+        if all(str(a) == str(b) for a, b in zip(strides, compact)):
+            strides = ()
+    if strides and gpu:
+        # the cuda launch path (runtime/gpu_module.py, cuda.py) passes no strides
+        raise LoweringError(
+            f"{what}: buffer {buf.name} has strides [{', '.join(map(str, buf.strides))}]; "
+            "strided (non-contiguous) arguments are supported on CPU targets only, a cuda "
+            "kernel takes C-contiguous arrays")
+    return Buffer(buf.name, tuple(shape), buf.dtype, data=buf.data, strides=strides,
+                  align=buf.align)
 
 
 class ExternOp(Operation):
@@ -211,7 +261,8 @@ def extern(
         if b.dtype != t.dtype:
             raise TecompError(f"extern {name}: in_buffers[{k}] ({b.name}) is {b.dtype}, input "
                               f"{t.name} is {t.dtype}")
-        layout_vars(b, t.shape, f"extern {name}: in_buffers[{k}]")
+        # strides are checked at lowering, against the storage the input ends up in
+        layout_vars(b, t.shape, f"extern {name}: in_buffers[{k}]", strides=None)
     outs = _buffers(out_buffers, len(shapes), "out_buffers", name)
     if outs is None:
         outs = [decl_buffer(s, d, name if len(shapes) == 1 else f"{name}_v{k}")
@@ -222,7 +273,7 @@ def extern(
             if b.dtype != d:
                 raise TecompError(f"extern {name}: out_buffers[{k}] ({b.name}) is {b.dtype}, "
                                   f"the output is {d}")
-            layout_vars(b, want, f"extern {name}: out_buffers[{k}]")
+            layout_vars(b, want, f"extern {name}: out_buffers[{k}]", strides=None)
     body = _as_stmt(fcompute(ins, outs), name)
     op = ExternOp(name, tag, attrs, inputs, list(ins), list(outs), body)
     return op.outputs[0] if len(op.outputs) == 1 else op.outputs
@@ -274,10 +325,11 @@ def bind_extern_body(op: ExternOp, real_inputs: list[Buffer], real_outputs: list
     pairs = list(zip(op.input_placeholders, op.inputs, real_inputs)) + [
         (b, t, r) for b, t, r in zip(op.output_placeholders, op.outputs, real_outputs)]
     for decl, t, real in pairs:
-        vmap.update(layout_vars(decl, t.shape, f"extern {op.name}"))
+        # a strided argument's storage: the declaration's strides take (or must equal) its own
+        vmap.update(layout_vars(decl, t.shape, f"extern {op.name}", strides=real.strides))
         bufs[decl] = real
     return _Rebind(bufs, vmap).visit_stmt(op.body)  # type: ignore[no-any-return]
 
 
-__all__ = ["ExternOp", "PY_EXTERNS", "bind_extern_body", "compact_layout", "decl_buffer",
-           "extern", "layout_vars", "register_extern"]
+__all__ = ["ExternOp", "PY_EXTERNS", "arg_layout", "bind_extern_body", "compact_layout",
+           "decl_buffer", "extern", "layout_vars", "register_extern"]
