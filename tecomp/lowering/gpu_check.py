@@ -18,6 +18,9 @@ from ..ir.expr import Expr, IntImm
 from ..ir.functor import StmtVisitor
 from ..ir.stmt import Allocate, BufferStore, For, ForKind, PrimFunc, thread_tag
 
+# annotation key of a scan's serial time loop (`Lowering._scan_nest`); its value is the scan
+SCAN_TIME_LOOP = "scan_time_loop"
+
 
 class _Walk(StmtVisitor):
     def __init__(self, kernel: str) -> None:
@@ -32,7 +35,12 @@ class _Walk(StmtVisitor):
             if s.kind == ForKind.PARALLEL:
                 raise ScheduleError(f"{self.kernel}: loop '{s.var.name}' is parallel(); on a GPU "
                                     "bind it to blockIdx/threadIdx instead")
-            if not self.tags:
+            # a loop of extent 1 runs once, and a scan's time loop is meant to run in every
+            # thread (each advances its own columns one step at a time; lowering adds the
+            # barriers it needs): neither repeats work, so both may enclose the thread loops
+            ext1 = simplify(s.extent)
+            trivial = isinstance(ext1, IntImm) and ext1.value == 1
+            if not self.tags and not trivial and s.annotation(SCAN_TIME_LOOP) is None:
                 raise ScheduleError(
                     f"{self.kernel}: loop '{s.var.name}' runs outside every thread-bound loop; on a "
                     "cuda target bind the outer loops of the output stage to blockIdx.* / "
@@ -132,4 +140,4 @@ def check_gpu_kernel(fn: PrimFunc, target: Target, roots: set[str]) -> dict[str,
     return w.launch
 
 
-__all__ = ["check_gpu_kernel"]
+__all__ = ["SCAN_TIME_LOOP", "check_gpu_kernel"]

@@ -173,17 +173,23 @@ class Lowering:
     def _bind_special(self) -> None:
         """Buffers of extern and scan stages: the argument's, else a local one of the full
         shape; a scan's init/update/state tensors share its buffer (TVM's ScanOp)."""
-        if self.special and self.gpu:
+        externs = [st.name for st in self.special if isinstance(st.op, ExternOp)]
+        if externs and self.gpu:
+            # a scan lowers to loops like any stage; an extern is a call into a host library
             raise LoweringError(
-                f"{self.name}: te.extern and te.scan stages ({', '.join(st.name for st in self.special)}) "
-                "are supported on CPU targets only")
+                f"{self.name}: te.extern stage(s) {', '.join(externs)} cannot be built for a cuda "
+                "target: an extern stage calls a C function of a library loaded into this "
+                "process, which a GPU kernel cannot call; build it for an llvm target, or write "
+                "the computation as te.compute stages")
         for st in self.special:
             op = st.op
             for k in range(op.num_outputs):
                 buf = self.buffers.get((st, k))
                 if buf is None:
                     t = op.output(k)
-                    buf = Buffer(t.name.replace(".", "_"), tuple(t.shape), t.dtype, scope="local")
+                    # on a GPU the init and update kernels share it: global, as intermediates are
+                    buf = Buffer(t.name.replace(".", "_"), tuple(t.shape), t.dtype,
+                                 scope="global" if self.gpu else "local")
                     self.buffers[(st, k)] = buf
                     self.local_allocs.setdefault(st, []).append(buf)
                 self.absolute.add(buf)
@@ -427,13 +433,27 @@ class Lowering:
         op = st.op
         assert isinstance(op, ScanOp)
         body_stages = [b for b in self.sch.stages if self.scan_of.get(b) is st]
-        body = seq(*[self.stage_nest(b) for b in body_stages])
+        nests = [self.stage_nest(b) for b in body_stages]
+        annotations: tuple[tuple[str, Any], ...] = ()
+        if self.gpu:
+            # the time loop runs in every thread around the thread loops (gpu_scan.py); when
+            # threads of one block read each other's rows, a barrier ends each stage's step
+            from .gpu_check import SCAN_TIME_LOOP
+            from .gpu_scan import scan_step_needs_barrier
+
+            inner = [b for b in scan_body(op, self.sch._by_op) if b in self.bounds]
+            if scan_step_needs_barrier(st, body_stages, inner, self.bodies, self.bounds):
+                from ..ir.stmt import barrier
+
+                nests = [x for n in nests for x in (n, barrier())]
+            annotations = ((SCAN_TIME_LOOP, op.name),)
+        body = seq(*nests)
         for b in reversed(body_stages):
             for buf in self.local_allocs.get(b, []):
                 body = Allocate(buf, body)
         ax = op.scan_axis
         assert ax.dom is not None
-        return For(ax.var, ax.dom.min, ax.dom.extent, ForKind.SERIAL, body)
+        return For(ax.var, ax.dom.min, ax.dom.extent, ForKind.SERIAL, body, annotations)
 
     def stage_nest(self, st: Stage) -> Stmt:
         if isinstance(st.op, ExternOp):

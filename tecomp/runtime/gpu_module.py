@@ -202,12 +202,17 @@ def launch_plan(func: PrimFunc, spec: KernelSpec | None = None) -> LaunchPlan:
         args = tuple(scalar_slot[kscalars[j]] if p.scalar else slot[next(kbufs).data]
                      for j, p in enumerate(kspec.params))
         launches.append(KernelLaunch(kspec, launch, args,
-                                     tuple(func.dim_vars.index(v) for v in k.dim_vars)))
+                                     tuple(_index_of(func.dim_vars, v) for v in k.dim_vars)))
     names = dict(zip(func.dim_vars, spec.dims))
     return LaunchPlan(spec, tuple(launches), tuple(
         ParamSpec(b.name, dt.element(b.dtype), tuple(
             s.value if isinstance(s, IntImm) else _py_expr(s, names) for s in b.shape))
         for b in inter))
+
+
+def _index_of(dims: list[Any], v: Any) -> int:
+    """Position of Var ``v`` in ``dims`` by identity (``==`` on IR builds an expression)."""
+    return next(i for i, d in enumerate(dims) if d is v)
 
 
 class GpuModule(KernelSet):
