@@ -42,17 +42,28 @@ def lower(sch: Any, args: Any, name: str = "main", simple_mode: bool = False,
           target: Any = None, binds: Any = None) -> Any:
     """The loop-nest IR of ``sch`` after the pass pipeline; ``str()`` of it reads as code.
 
-    ``target`` ("llvm" by default; "cuda -arch=sm_80" for a GPU kernel) decides what thread
-    bindings and storage scopes mean and which passes run. ``simple_mode=True`` (as in TVM
-    0.19) skips loop partitioning: each nest once, with its tails guarded by ``if``.
+    ``target`` ("cuda -arch=sm_80" for a GPU kernel) decides what thread bindings and storage
+    scopes mean and which passes run. Without one, a schedule that binds a loop to a GPU
+    thread lowers for "cuda" and any other for "llvm": TVM's ``lower`` takes no target, and
+    its GPU tutorials print ``tvm.lower(s, ...)`` of thread-bound schedules. ``simple_mode=True``
+    (as in TVM 0.19) skips loop partitioning: each nest once, with its tails guarded by ``if``.
     """
     from .lowering import lower as _lower
+
+    if target is None and _binds_threads(sch):
+        target = "cuda"
 
     if simple_mode:  # TVM's simple_mode: every pass but loop partitioning (see simple_pipeline)
         from .build_module import simple_pipeline
 
         return simple_pipeline(_lower(sch, args, name=name, target=target, binds=binds, passes=False))
     return _lower(sch, args, name=name, target=target, binds=binds)
+
+
+def _binds_threads(sch: Any) -> bool:
+    """Whether a stage of schedule ``sch`` binds a loop to blockIdx/threadIdx/vthread."""
+    return any(a.bind_thread is not None for st in getattr(sch, "stages", ())
+               for a in st.iter_var_attrs.values())
 
 
 def build(sch: Any, args: Any = None, target: Any = "llvm", name: str = "main",

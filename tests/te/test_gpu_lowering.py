@@ -132,7 +132,11 @@ def test_default_scopes_follow_the_thread_loops() -> None:
 def test_cpu_targets_refuse_gpu_only_features() -> None:
     s, args = vector_add()
     with pytest.raises(LoweringError, match="thread binding needs a GPU target"):
-        tc.lower(s, args)
+        tc.lower(s, args, target="llvm")
+    with pytest.raises(LoweringError, match="thread binding needs a GPU target"):
+        tc.build(s, args)  # build's target is llvm unless told (TVM's default too)
+    # lower without a target follows the schedule, as TVM's target-less lower prints GPU code
+    assert "threadIdx.x" in str(tc.lower(s, args, simple_mode=True))
     A = te.placeholder((64,), name="A")
     B = te.compute((64,), lambda i: A[i] * 2, name="B")
     s = te.create_schedule(B.op)
