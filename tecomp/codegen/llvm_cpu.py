@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 import sys
 from typing import ClassVar
@@ -25,9 +26,26 @@ from ..errors import CodegenError
 from ..ir import dtype as dt
 from ..ir import expr as E  # noqa: N812
 from ..ir import stmt as S  # noqa: N812
-from . import vecmath
-from .llvm_base import CodegenLLVM, ErrorCode, FnState, c_scalar_params, const_elements
-from .llvm_common import I32, I64, PTR, VOID, declare, emit_math_call, llvm_type, opaque
+from . import vecmath, vecmath_rem
+from .llvm_base import (
+    CodegenLLVM,
+    ErrorCode,
+    FnState,
+    c_scalar_params,
+    const_elements,
+    lanes_of,
+)
+from .llvm_common import (
+    I32,
+    I64,
+    PTR,
+    VOID,
+    declare,
+    emit_math_call,
+    llvm_type,
+    opaque,
+    splat,
+)
 from .llvm_jit import data_layout
 from .parallel import emit_parallel_for
 from .target import Target
@@ -143,6 +161,9 @@ class CodegenCPU(CodegenLLVM):
 
     # expressions ----------------------------------------------------------------------------
     def extern_call(self, e: E.Call) -> ir.Value:
+        if dt.lanes(e.dtype) > 1 and all(dt.lanes(a.dtype) in (1, dt.lanes(e.dtype))
+                                         for a in e.args):
+            return self._vector_extern_call(e)
         if not e.name.startswith("llvm."):
             return super().extern_call(e)
         # an LLVM intrinsic (te.call_llvm_intrin, the x86 tensor intrinsics): checked in a
@@ -157,18 +178,110 @@ class CodegenCPU(CodegenLLVM):
         r = self.b.call(declare(self.module, name, fnty), args)
         return ir.Constant(I32, 0) if void else r
 
+    def _vector_extern_call(self, e: E.Call) -> ir.Value:
+        """An extern call of vector type whose operands are vectors of its lane count or
+        scalars (what `passes.vectorize` makes of a scalar call in a vectorized loop).
+
+        An LLVM intrinsic becomes one vector call when LLVM accepts one: as written (the x86
+        tensor intrinsics are vector calls already), else its overload re-derived from the
+        vector operand types (``llvm.fma.f32`` -> ``llvm.fma.v8f32``), lane-invariant
+        operands splatted if needed (an immarg like ctlz's i1 stays scalar). A C function,
+        or an intrinsic with no vector form (``llvm.x86.bmi.pdep.32``), is called once per
+        lane on the extracted operands; under a lane mask only active lanes call it, as
+        the scalar loop would have."""
+        n = dt.lanes(e.dtype)
+        args = [self.expr(a) for a in e.args]
+        ret = llvm_type(e.dtype)
+        t = self.target
+        if e.name.startswith("llvm."):
+            base = _OVERLOAD_SUFFIX.sub("", e.name)
+            for name, splat_all in ((e.name, False), (base, False), (base, True)):
+                cand = [splat(self.b, a, n) if splat_all and not isinstance(a.type, ir.VectorType)
+                        else a for a in args]
+                fnty = ir.FunctionType(ret, [a.type for a in cand])
+                consts = tuple(str(a) if isinstance(a, ir.Constant) else None for a in cand)
+                got = _try_probe(name, str(fnty), consts, t.triple, t.cpu, t.features)
+                if got is not None:
+                    return self.b.call(declare(self.module, got, fnty), cand)
+        sret = llvm_type(dt.element(e.dtype))
+        stypes = [a.type.element if isinstance(a.type, ir.VectorType) else a.type for a in args]
+        fnty = ir.FunctionType(sret, stypes)
+        if e.name.startswith("llvm."):  # the scalar form must exist (else: the user's error)
+            consts = tuple(str(a) if isinstance(a, ir.Constant)
+                           and not isinstance(a.type, ir.VectorType) else None for a in args)
+            sym = probe_intrinsic(e.name, str(fnty), consts, t.triple, t.cpu, t.features)
+        else:
+            sym = e.name
+        fn = declare(self.module, sym, fnty)
+        mask = self._mask if self._mask is not None and lanes_of(self._mask) == n else None
+        return call_lanes(self.b, fn, args, ret, mask)
+
+    def _has_fma(self) -> bool:
+        return "+fma" in self.target.features.split(",")
+
     def math_call(self, name: str, args: list[ir.Value], dtypes: list[str],
                   ret_dtype: str) -> ir.Value:
         el = dt.element(dtypes[0]) if dtypes else ""
         if el in ("float16", "float32") and name in vecmath.VIA_F64:
             return vecmath.emit_via_f64(self.b, name, args)  # vector code, not libm per lane
+        if name == "fmod" and dt.lanes(dtypes[0]) > 1 and (
+                el in ("float16", "float32") or (el == "float64" and self._has_fma())):
+            # exact vector code (LLVM's vector frem is one fmod call per lane)
+            return vecmath_rem.emit_fmod(self.b, args[0], args[1], fused=el == "float64")
         if name == "nextafter" and dt.is_float(el):
             return vecmath.emit_nextafter(self.b, args[0], args[1])
         if name == "ldexp":
-            if el == "float64":  # float64 has no wider type to round once in: libm per lane
+            if el == "float64":  # no wider type to round once in: scaled in two steps
+                if dt.lanes(dtypes[0]) > 1:
+                    return vecmath_rem.emit_ldexp64(self.b, args[0], args[1])
                 return _ldexp_per_lane(self.b, args[0], args[1])
             return vecmath.emit_ldexp(self.b, args[0], args[1])
         return emit_math_call(self.b, name, args, dtypes, ret_dtype)
+
+
+# the overload suffixes of an intrinsic name (".f32", ".v8f32.i32"), re-derived for vectors
+_OVERLOAD_SUFFIX = re.compile(r"(\.(v\d+)?(i\d+|f16|bf16|f32|f64|p\d+))+$")
+
+
+@functools.lru_cache(maxsize=512)
+def _try_probe(name: str, fnty: str, consts: tuple[str | None, ...], triple: str, cpu: str,
+               features: str) -> str | None:
+    """`probe_intrinsic`, None where LLVM rejects the call (cached too: each try is a child
+    process, and the same rejected vector form is tried for every kernel)."""
+    try:
+        return probe_intrinsic(name, fnty, consts, triple, cpu, features)
+    except CodegenError:
+        return None
+
+
+def call_lanes(b: ir.IRBuilder, fn: ir.Function, args: list[ir.Value], ret: ir.VectorType,
+               mask: ir.Value | None = None) -> ir.Value:
+    """``fn`` called once per lane of ``ret`` on the lanes of the vector ``args`` (scalar
+    ones passed as they are), the results gathered; lanes off in the i1 vector ``mask``
+    make no call (their result lane is undefined)."""
+    out: ir.Value = ir.Constant(ret, ir.Undefined)
+    for i in range(ret.count):
+        lane = ir.Constant(I32, i)
+        ops = [b.extract_element(a, lane) if isinstance(a.type, ir.VectorType) else a
+               for a in args]
+        if mask is None or (isinstance(mask, ir.Constant) and _all_true(mask)):
+            out = b.insert_element(out, b.call(fn, ops), lane)
+            continue
+        before = b.block
+        with b.if_then(b.extract_element(mask, lane)):
+            put = b.insert_element(out, b.call(fn, ops), lane)
+            after = b.block
+        phi = b.phi(ret)
+        phi.add_incoming(put, after)
+        phi.add_incoming(out, before)
+        out = phi
+    return out
+
+
+def _all_true(mask: ir.Constant) -> bool:
+    c = mask.constant
+    return isinstance(c, (list, tuple)) and all(
+        isinstance(x, ir.Constant) and x.constant in (1, True) for x in c)
 
 
 def _ldexp_per_lane(b: ir.IRBuilder, x: ir.Value, n: ir.Value) -> ir.Value:

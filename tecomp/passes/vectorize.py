@@ -4,7 +4,13 @@ Scalar operands are broadcast, affine index arithmetic stays a Ramp (so codegen 
 contiguous vector load/store), conditions that depend on the lane become store/load
 predicates, and inner serial loops keep running with vector bodies (legal because spatial
 iterations of a stage are independent). Anything that cannot be widened (a store to a
-lane-invariant address, extern calls, allocations) makes the loop fall back to a serial loop.
+lane-invariant address, allocations, extern calls on a GPU or with pointer/vector operands)
+makes the loop fall back to a serial loop.
+
+On the CPU an extern call of scalars (``call_extern``, ``call_llvm_intrin``) is widened to a
+call of the vector type, its lane-invariant operands left scalar: the CPU codegen emits one
+vector call of an overloaded LLVM intrinsic (``llvm.fma.v8f32``) or one scalar call per
+active lane (a C function), so one call no longer makes the whole loop scalar.
 """
 
 from __future__ import annotations
@@ -67,9 +73,10 @@ def _bcast(e: Expr, n: int) -> Expr:
 
 
 class _Widen(StmtMutator):
-    def __init__(self, var: Var, lanes: int) -> None:
+    def __init__(self, var: Var, lanes: int, widen_extern: bool = False) -> None:
         self.var = var
         self.n = lanes
+        self.widen_extern = widen_extern
         self.env: dict[Var, Expr] = {}
         self.mask: Expr | None = None
 
@@ -135,11 +142,21 @@ class _Widen(StmtMutator):
         args = [self.visit(a) for a in e.args]
         if all(x is y for x, y in zip(args, e.args)):
             return e
-        if e.extern or e.name in ("address_of", "prefetch"):
+        if e.name in ("address_of", "prefetch") or (e.extern and not self._widenable(e)):
             raise _Scalarize
         if all(_lanes(a) == 1 for a in args):
-            return Call(e.dtype, e.name, tuple(args))
+            return Call(e.dtype, e.name, tuple(args), e.extern)
+        if e.extern:  # lane-invariant operands stay scalar: the codegen picks the overload
+            return Call(dt.with_lanes(e.dtype, self.n), e.name, tuple(args), True)
         return Call(dt.with_lanes(e.dtype, self.n), e.name, tuple(_bcast(a, self.n) for a in args))
+
+    def _widenable(self, e: Call) -> bool:
+        """Whether the extern call ``e`` may become a call per lane / a vector intrinsic:
+        scalar numeric operands and result only (a pointer or a vector operand has no
+        lane-wise meaning), and only where the codegen knows how (the CPU's)."""
+        types = [e.dtype, *(a.dtype for a in e.args)]
+        return self.widen_extern and all(
+            dt.lanes(t) == 1 and t not in ("handle", "void", "") for t in types)
 
     def visit_Let(self, e: Let) -> Expr:
         v = self.visit(e.value)
@@ -229,6 +246,10 @@ class _Widen(StmtMutator):
 
 
 class Vectorize(StmtMutator):
+    def __init__(self, widen_extern: bool = False) -> None:
+        super().__init__()
+        self.widen_extern = widen_extern
+
     def visit_For(self, s: For) -> Stmt:
         body = self.visit_stmt(s.body)
         if s.kind != ForKind.VECTORIZED:
@@ -254,7 +275,7 @@ class Vectorize(StmtMutator):
         if not (isinstance(s.min, IntImm) and s.min.value == 0):
             body = substitute(body, {s.var: s.var + s.min})
         try:
-            return _Widen(s.var, n).visit_stmt(body)
+            return _Widen(s.var, n, self.widen_extern).visit_stmt(body)
         except _Scalarize:
             return serial
 
@@ -275,7 +296,7 @@ class Vectorize(StmtMutator):
             v = Var(s.var.name, s.var.dtype)
             sub = substitute(body, {s.var: v + simplify(s.min + off)})
             try:
-                pieces.append(_Widen(v, w).visit_stmt(sub) if w > 1 else
+                pieces.append(_Widen(v, w, self.widen_extern).visit_stmt(sub) if w > 1 else
                               substitute(sub, {v: const(0, v.dtype)}))
             except _Scalarize:
                 return serial
@@ -284,5 +305,7 @@ class Vectorize(StmtMutator):
 
 
 def vectorize(func: PrimFunc) -> PrimFunc:
-    body = Vectorize().visit_stmt(func.body)
+    # GPU kernels keep loops with extern calls scalar (NVPTX codegen has no per-lane calls)
+    target = func.attrs.get("target")
+    body = Vectorize(widen_extern=not getattr(target, "is_gpu", False)).visit_stmt(func.body)
     return func if body is func.body else dataclasses.replace(func, body=body)

@@ -661,6 +661,8 @@ class _Compiler:
             if fn is None:
                 raise TecompError(f"extern symbol {e.name!r} is not provided (pass externs=... "
                                   "or register it with te.register_extern)")
+            if dt.lanes(e.dtype) > 1:  # a scalar C function the vectorizer widened
+                return self._extern_per_lane(e.dtype, fn, args)
             conv = self._converter(e.dtype)
             return lambda env: conv(fn(*[a(env) for a in args]))
         if e.name == "reinterpret":
@@ -719,6 +721,23 @@ class _Compiler:
             return lambda env: np.abs(a0(env))  # wraps INT_MIN like the hardware
         wrap = ops.wrapper(e.dtype)
         return lambda env: wrap(abs(a0(env)))
+
+    def _extern_per_lane(self, dtype: str, fn: Callable[..., Any], args: list[ExprFn]) -> ExprFn:
+        """A widened extern call (`passes.vectorize`): the Python implementation of a scalar
+        C function is called once per lane with scalars, as the compiled code calls the C
+        function, so it need not accept arrays."""
+        lanes = dt.lanes(dtype)
+        conv = self._converter(dt.element(dtype))
+        npd = dt.value_numpy(dt.element(dtype))
+
+        def per_lane(env: Env) -> Any:
+            vals = [a(env) for a in args]
+            cols = [np.broadcast_to(np.asarray(v), (lanes,)) for v in vals]
+            out = [conv(fn(*[c[k].item() if c.dtype.kind in "iub" else c[k] for c in cols]))
+                   for k in range(lanes)]
+            return np.asarray(out, npd)
+
+        return per_lane
 
     def _converter(self, dtype: str) -> Callable[[Any], Any]:
         """Bring an extern callable's return value into the interpreter's representation."""
