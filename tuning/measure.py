@@ -529,6 +529,8 @@ def _prepare_job(task: SearchTask, cache_dir: str) -> str:
     """
     import tecomp as tc
 
+    from .reference import reference_schedule
+
     rng = np.random.default_rng(0)
     arrays: list[np.ndarray] = []
     outputs: list[int] = []
@@ -547,7 +549,7 @@ def _prepare_job(task: SearchTask, cache_dir: str) -> str:
         # a GPU task's default schedule binds no thread (it cannot build for cuda): its
         # reference is the same computation on this CPU
         ref_target = "llvm" if task.target.startswith("cuda") else task.target
-        mod = tc.build(task.create_schedule(), task.tensors, target=ref_target, name="reference")
+        mod = tc.build(reference_schedule(task), task.tensors, target=ref_target, name="reference")
         mod(*arrays)
         refs = [arrays[k].copy() for k in outputs]
         np.savez(path + ".tmp.npz", **{f"o{k}": r for k, r in zip(outputs, refs)})
