@@ -55,30 +55,47 @@ LAYERS: dict[str, tuple[int, ...]] = {
     # late layers: 512x512x3x3 weights (9.4 MB), the copy is a large share of the kernel
     "l4": (1, 512, 7, 7, 512, 3, 3, 1, 1),
     "l4s2": (1, 512, 14, 14, 512, 3, 3, 2, 1),
+    # grouped (`workloads.conv2d_grouped`: + dilation, groups): ResNeXt-style 128->128 3x3 at
+    # 28x28 with 32 groups of 4 channels (ResNeXt-50 32x4d's widths) and with 4 groups of 32
+    "gx32": (1, 128, 28, 28, 128, 3, 3, 1, 1, 1, 32),
+    "gx4": (1, 128, 28, 28, 128, 3, 3, 1, 1, 1, 4),
 }
 
 
-def numpy_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
-    """The reference without PyTorch: im2col by a strided view, then one matmul (BLAS)."""
+def workload(args: tuple[int, ...]) -> Callable[..., Any]:
+    """`workloads.conv2d` for 9 arguments, `workloads.conv2d_grouped` for 11."""
+    return workloads.conv2d if len(args) == 9 else workloads.conv2d_grouped
+
+
+def numpy_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int = 1, groups: int = 1) -> np.ndarray:
+    """The reference without PyTorch: im2col by a strided view, then one matmul (BLAS) per group."""
     n, ci, _, _ = x.shape
-    co, _, kh, kw = w.shape
+    co, cig, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
+    ext = (dilation * (kh - 1) + 1, dilation * (kw - 1) + 1)
+    win = np.lib.stride_tricks.sliding_window_view(xp, ext, axis=(2, 3))[:, :, ::stride, ::stride, ::dilation, ::dilation]
     oh, ow = win.shape[2], win.shape[3]
-    cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, ci * kh * kw)
-    out = cols @ w.reshape(co, -1).T
+    cog = co // groups
+    outs = []
+    for g in range(groups):
+        cols = win[:, g * cig:(g + 1) * cig].transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, cig * kh * kw)
+        outs.append(cols @ w[g * cog:(g + 1) * cog].reshape(cog, -1).T)
+    out = np.concatenate(outs, axis=1)
     return np.ascontiguousarray(out.reshape(n, oh, ow, co).transpose(0, 3, 1, 2))
 
 
-def reference(ins: Sequence[np.ndarray], stride: int, pad: int) -> tuple[str, Callable[[], Any]]:
+def reference(ins: Sequence[np.ndarray], args: Sequence[int]) -> tuple[str, Callable[[], Any]]:
     """PyTorch's conv2d when it is installed, else the numpy im2col convolution."""
+    stride, pad = args[7], args[8]
+    dilation, groups = (args[9], args[10]) if len(args) == 11 else (1, 1)
     try:
         import torch
     except ImportError:
         x, w = ins
-        return "numpy", lambda: numpy_conv(x, w, stride, pad)
+        return "numpy", lambda: numpy_conv(x, w, stride, pad, dilation, groups)
     tx, tw = (torch.from_numpy(np.ascontiguousarray(v)) for v in ins)
-    return "PyTorch", lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=pad)
+    return "PyTorch", lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=pad, dilation=dilation,
+                                                         groups=groups)
 
 
 def _plain_sketches(self: SearchSpace, task: tuning.SearchTask) -> list[Sketch]:
@@ -88,7 +105,7 @@ def _plain_sketches(self: SearchSpace, task: tuning.SearchTask) -> list[Sketch]:
 
 def tune_layer(args: tuple[int, ...], space: str, trials: int, log: str, seed: int) -> tuple[float, str]:
     """Tune the layer on ``space`` ("plain" or "default"); (wall seconds, best sketch)."""
-    task = tuning.SearchTask(workloads.conv2d, args, target="llvm")
+    task = tuning.SearchTask(workload(args), args, target="llvm")
     orig = SearchSpace.make_sketches
     if space == "plain":
         SearchSpace.make_sketches = _plain_sketches  # type: ignore[method-assign]
@@ -124,7 +141,7 @@ def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_g
         log = os.path.join(opts.log_dir, f"{name}-{space}.jsonl")
         wall, best = tune_layer(args, space, opts.trials, log, opts.seed)
         line[f"{space}_tune_s"], line[f"{space}_best_sketch"] = wall, best
-        task = tuning.SearchTask(workloads.conv2d, args, target="llvm")
+        task = tuning.SearchTask(workload(args), args, target="llvm")
         s, params = task.apply_best(log)
         fns[space] = tc.build(s, params, name=f"conv_{space}")
         pp, which = prepacked(task, log)
@@ -139,7 +156,7 @@ def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_g
         a = aligned_empty(tuple(int(d.value) for d in tt.shape), tt.dtype)  # type: ignore[attr-defined]
         a[...] = rng.random(a.shape) if len(arrs) < 2 else 0
         arrs.append(a)
-    ref_name, run_ref = reference(arrs[:2], args[7], args[8])
+    ref_name, run_ref = reference(arrs[:2], args)
     want = np.asarray(run_ref())
     evs = {}
     for space, f in fns.items():
@@ -209,7 +226,8 @@ def main() -> None:
     for name in layers:
         r = run_layer(name, LAYERS[name], opts, peak)
         ref = r["reference"]
-        print(f"\n{name} conv2d{LAYERS[name]}: {opts.trials} trials per space  ({ref} {r['ref_ms']:.3f} ms, "
+        print(f"\n{name} {workload(LAYERS[name]).__name__}{LAYERS[name]}: {opts.trials} trials per space  "
+              f"({ref} {r['ref_ms']:.3f} ms, "
               f"{100 * r['ref_frac_peak']:.0f}% of FMA peak)")
         for space in opts.spaces:
             print(f"  {space:8s} {r[f'{space}_ms']:.3f} ms  {r[f'{space}_ratio']:.2f}x {ref}  "

@@ -1,7 +1,8 @@
 """The operator suite: the unique conv layers of ResNet-50, MobileNet-V2's depthwise and
-pointwise layers, and BERT-base's dense / batch-matmul / softmax / layer-norm operators at
-sequence 128 (batch 1, fp32), tuned together under one budget by the gradient task
-scheduler, then each best kernel checked against PyTorch and timed interleaved with it.
+pointwise layers, ResNeXt-50 32x4d's grouped 3x3 layers, and BERT-base's dense / batch-matmul
+/ softmax / layer-norm operators at sequence 128 (batch 1, fp32), tuned together under one
+budget by the gradient task scheduler, then each best kernel checked against PyTorch and timed
+interleaved with it.
 
     python benchmarks/suite.py --trials 3000 --log suite.jsonl      # the real run (hours)
     python benchmarks/suite.py --ops bert --trials 64               # a quick look at one net
@@ -133,7 +134,25 @@ NORMS = [
     Op("norms", "batchnorm infer 256@56", wl.batch_norm_infer, (1, 256, 56, 56), 1, "memory"),
 ]
 
-NETS = {"resnet50": RESNET, "mobilenet_v2": MOBILENET, "bert": BERT, "norms": NORMS}
+
+
+def _gconv(c: int, hw: int, stride: int, weight: int) -> Op:
+    return Op("resnext50_32x4d", f"3x3 {c} G32@{hw} s{stride}", wl.conv2d_grouped,
+              (1, c, hw, hw, c, 3, 3, stride, 1, 1, 32), weight)
+
+
+# ResNeXt-50 (32x4d) at 224x224: the grouped 3x3 conv of each bottleneck (width 128, 256, 512,
+# 1024 in stages 1-4, 32 groups: 4, 8, 16, 32 channels per group), stride 2 on the first block
+# of stages 2-4 (torchvision's resnext50_32x4d; blocks 3, 4, 6, 3); `--ops resnext`. Its 1x1
+# layers are ResNet-50's shapes at twice the width (not repeated here)
+RESNEXT = [
+    _gconv(128, 56, 1, 3),
+    _gconv(256, 56, 2, 1), _gconv(256, 28, 1, 3),
+    _gconv(512, 28, 2, 1), _gconv(512, 14, 1, 5),
+    _gconv(1024, 14, 2, 1), _gconv(1024, 7, 1, 2),
+]
+
+NETS = {"resnet50": RESNET, "mobilenet_v2": MOBILENET, "bert": BERT, "norms": NORMS, "resnext": RESNEXT}
 
 
 def torch_fn(op: Op, ins: list[np.ndarray]) -> Callable[[], Any]:
@@ -146,6 +165,9 @@ def torch_fn(op: Op, ins: list[np.ndarray]) -> Callable[[], Any]:
     if w is wl.conv2d:
         stride, pad = op.args[7], op.args[8]
         return lambda: F.conv2d(t[0], t[1], stride=stride, padding=pad)
+    if w is wl.conv2d_grouped:
+        stride, pad, dilation, groups = op.args[7:]
+        return lambda: F.conv2d(t[0], t[1], stride=stride, padding=pad, dilation=dilation, groups=groups)
     if w is wl.depthwise_conv2d:
         c, stride, pad = op.args[1], op.args[6], op.args[7]
         w4 = t[1].reshape(c, 1, op.args[4], op.args[5])
@@ -271,17 +293,17 @@ def main() -> None:
           f"{pk.fma_gflops:.1f} GFLOP/s, bandwidth {pk.bandwidth_gbs:.1f} GB/s; log {a.log}\n")
     index = SpeedIndex.from_records(iter_records(a.log)) if os.path.exists(a.log) else SpeedIndex()
     rows = [evaluate(op, t, a.log, index, a.rounds, pk, have_torch) for op, t in zip(ops, tasks)]
-    print(f"{'net':13s} {'operator':28s} {'x':>3s} {'tecomp ms':>10s} {'torch ms':>9s} {'ratio':>6s} "
+    print(f"{'net':15s} {'operator':28s} {'x':>3s} {'tecomp ms':>10s} {'torch ms':>9s} {'ratio':>6s} "
           f"{'log/now':>8s}  peak")
     for r in rows:
         op = r["op"]
         if "error" in r:
-            print(f"{op.net:13s} {op.name:28s} {op.weight:3d}  {r['error']}")
+            print(f"{op.net:15s} {op.name:28s} {op.weight:3d}  {r['error']}")
             continue
         tm = f"{r['torch_ms']:9.3f}" if "torch_ms" in r else f"{'-':>9s}"
         ratio = f"{r['ratio']:5.2f}x" if "ratio" in r else f"{'-':>6s}"
         claim = r["logged_ms"] / r["now_norm_ms"]
-        print(f"{op.net:13s} {op.name:28s} {op.weight:3d} {r['ms']:10.3f} {tm} {ratio} {claim:7.2f}x  {r['peak']}")
+        print(f"{op.net:15s} {op.name:28s} {op.weight:3d} {r['ms']:10.3f} {tm} {ratio} {claim:7.2f}x  {r['peak']}")
     ratios = [r["ratio"] for r in rows if "ratio" in r]
     if ratios:
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))

@@ -53,11 +53,10 @@ from .space_epilogue import (
     parallel_choices,
 )
 from .space_epilogue import fusible_consumer as _fusible_consumer
+from .space_grouped import layout_tile
 from .space_norm import build_row_sketch, is_row_sketch, row_sketches
 from .space_rules import (
     EXPENSIVE_CALLS,
-    LAYOUT_BLOCK_MAX,
-    LAYOUT_VECTOR_MAX,
     MAX_INNERMOST,
     REGISTER_TILE_PRIOR,
     Relayout,
@@ -510,11 +509,11 @@ class _Builder:
         assert isinstance(cop, ComputeOp) and isinstance(yop, ComputeOp)
         n = len(yop.axis)
         # the register tile is (pixels of the other axes) x (output-channel vectors): a few
-        # vectors wide, a few pixels deep, or the accumulators spill
+        # vectors wide, a few pixels deep, or the accumulators spill; a grouped convolution's
+        # vector is one group of channels (`space_grouped`)
         last = len(cop.axis) - 1
-        self._register_tile(key, cop.axis, cop.reduce_axis)
-        s_tiles = [self.tile(f"{key}/S{d}", _extent(a), SPATIAL_LEVELS,
-                             max_inner=LAYOUT_VECTOR_MAX if d == last else LAYOUT_BLOCK_MAX, vector=d == last)
+        self._register_tile(key, cop.axis, cop.reduce_axis, plan.relayout.group)
+        s_tiles = [layout_tile(self, f"{key}/S{d}", _extent(a), SPATIAL_LEVELS, d == last, plan.relayout)
                    for d, a in enumerate(cop.axis)]
         r_tiles = self._reduce_tiles(key, cop.reduce_axis)
         # consumer axis d is accumulator axis order.index(d): S0 S1 | tile, in the consumer's
@@ -540,7 +539,7 @@ class _Builder:
         self._unroll_tile(compute, key, inner[:-1])
         self._unroll(compute, key)
 
-    def _register_tile(self, key: str, axes: Sequence[IterVar], reduce: Sequence[IterVar]) -> None:
+    def _register_tile(self, key: str, axes: Sequence[IterVar], reduce: Sequence[IterVar], group: int | None) -> None:
         """A fresh relayout candidate mostly draws its tiles together (`REGISTER_TILE_PRIOR`):
         innermost, a register tile of whole channel vectors x columns x rows, 8-12
         accumulators as the mode (`space_rules.draw_register_tile`); around it, a cache tile
@@ -556,7 +555,7 @@ class _Builder:
             return
         ey = _extent(axes[last - 2]) if last >= 2 else None
         ef, ex = _extent(axes[last]), _extent(axes[last - 1])
-        reg = draw_register_tile(ef, ex, ey, self.rng)
+        reg = draw_register_tile(ef, ex, ey, self.rng, group)
         if reg is None:
             return
         fv, xv, yv = reg

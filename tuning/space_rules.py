@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tecomp.errors import TecompError
-from tecomp.ir.expr import Call, Expr, IntImm, ProducerLoad, Reduce, Var
+from tecomp.ir.expr import Call, Expr, FloorDiv, IntImm, ProducerLoad, Reduce, Var
 from tecomp.ir.functor import ExprVisitor
 from tecomp.te.tensor import ComputeOp, IterVar
 
@@ -188,11 +188,51 @@ class Relayout:
     copy puts the result back in the user's layout. The vector then runs over output
     channels: one input element broadcast times a contiguous vector of weights, one FMA per
     element, for any stride, dilation or padding (1x1 included) -- where the plain layout
-    vectorizes over output columns and has to gather ``x * stride + rx``."""
+    vectorizes over output columns and has to gather ``x * stride + rx``.
+
+    ``group``: a grouped convolution (``data[b, f // group * cig + rc, ...]``, ``group`` output
+    channels per group): the other inputs read the output-channel axis only through
+    ``f // group``, so a vector of output channels within one group reads one broadcast input
+    element. The vector is the whole group (`vector_max`, `draw_register_tile`,
+    `space_grouped.layout_tile`): the simplifier proves ``(k * g + i) // g == k`` for the lanes
+    ``i < g``, but not that a narrower vector ``(k * v + i) // g`` stays in one group, and
+    the vectorizer would then gather."""
 
     weight: str
     weight_order: tuple[int, ...]
     out_order: tuple[int, ...]
+    group: int | None = None
+
+
+MIN_GROUP = 4  # fewer output channels per group: no vector of them is worth the rewrite
+
+
+def vector_max(rel: Relayout | None) -> int:
+    """The widest output-channel tile of a relayout accumulator (the vector loop): a group's
+    channels in a grouped convolution."""
+    return LAYOUT_VECTOR_MAX if rel is None or rel.group is None else rel.group
+
+
+def _group_reads(ld: ProducerLoad, f: Var) -> set[int] | None:
+    """The constants ``c`` of the ``f // c`` through which ``ld`` reads ``f``; None when it
+    reads ``f`` otherwise too."""
+    found: set[int] = set()
+    bare = False
+
+    class _V(ExprVisitor):
+        def visit_FloorDiv(self, e: FloorDiv) -> None:
+            if e.a is f and isinstance(e.b, IntImm) and e.b.value > 1:
+                found.add(e.b.value)
+            else:
+                super().visit_BinaryOp(e)
+
+        def visit_Var(self, x: Var) -> None:
+            nonlocal bare
+            bare = bare or x is f
+
+    for i in ld.indices:
+        _V().visit(i)
+    return None if bare else found
 
 
 def relayout_rule(op: ComputeOp) -> Relayout | None:
@@ -201,7 +241,9 @@ def relayout_rule(op: ComputeOp) -> Relayout | None:
     input's last one, next to no other spatial axis (so the other inputs broadcast along
     ``f``), and the innermost axis reaches some input through a computed index (a sliding
     window ``x * stride + rx``). GEMM-like ops (``B[r, j]``: the innermost axis is a bare,
-    contiguous index) keep their plain layout and do not get the rewrite."""
+    contiguous index) keep their plain layout and do not get the rewrite. The other inputs may
+    read ``f`` as ``f // c`` (a grouped convolution, `Relayout.group`): ``c`` a multiple of 4
+    from `MIN_GROUP` to `LAYOUT_VECTOR_MAX` (one vector of whole lanes per group)."""
     spatial = [a.var for a in op.axis]
     if len(spatial) < 2 or not op.reduce_axis or op.num_outputs != 1:
         return None
@@ -211,6 +253,11 @@ def relayout_rule(op: ComputeOp) -> Relayout | None:
         return None
     for d, f in enumerate(spatial[:-1]):
         users = [ld for ld in loads if any(f in _vars_in(i) for i in ld.indices)]
+        grouped = [g for ld in users if (g := _group_reads(ld, f)) is not None]
+        users = [ld for ld in users if _group_reads(ld, f) is None]
+        group = set().union(*grouped)
+        if len(group) > 1 or any(c < MIN_GROUP or c > LAYOUT_VECTOR_MAX or c % 4 for c in group):
+            continue
         names = {ld.producer.op.name for ld in users}
         if len(names) != 1 or op.name in names:
             continue
@@ -229,7 +276,8 @@ def relayout_rule(op: ComputeOp) -> Relayout | None:
         ndim = len(users[0].indices)
         return Relayout(weight=names.pop(),
                         weight_order=tuple(k for k in range(ndim) if k != p) + (p,),
-                        out_order=tuple(k for k in range(len(spatial)) if k != d) + (d,))
+                        out_order=tuple(k for k in range(len(spatial)) if k != d) + (d,),
+                        group=min(group, default=None))
     return None
 
 
@@ -251,19 +299,21 @@ REDUCE_ORDER_PRIOR = (0.45, 0.35, 0.2)
 
 
 def draw_register_tile(ef: int, ex: int, ey: int | None, rng: np.random.Generator,
-                       ) -> tuple[int, int, int] | None:
+                       group: int | None = None) -> tuple[int, int, int] | None:
     """Innermost tiles (channels, columns, rows) of a relayout accumulator: whole 8-lane
     vectors of output channels times a block of output pixels, `REGISTER_ACC` accumulators
     with `REGISTER_ACC_MODE` the likeliest. Rows (``ey``; None without a row axis) widen the
-    choice where the width has few divisors (14 = 2 x 7). None when no tile fits."""
+    choice where the width has few divisors (14 = 2 x 7). ``group`` (`Relayout.group`): the
+    channel tile is the group (ResNeXt-50 32x4d: 4 to 32 channels; 4 lanes are one xmm
+    accumulator). None when no tile fits."""
     mode: list[tuple[int, int, int]] = []
     tail: list[tuple[int, int, int]] = []
-    for fv in range(8, LAYOUT_VECTOR_MAX + 1, 8):
+    for fv in range(8, LAYOUT_VECTOR_MAX + 1, 8) if group is None else (group,):
         if ef % fv:
             continue
         for xv in divisors(ex):
             for yv in divisors(ey) if ey is not None else (1,):
-                acc = fv // 8 * xv * yv
+                acc = -(-fv // 8) * xv * yv
                 if xv <= LAYOUT_BLOCK_MAX and yv <= LAYOUT_BLOCK_MAX and acc in REGISTER_ACC:
                     (mode if acc in REGISTER_ACC_MODE else tail).append((fv, xv, yv))
     pick = mode if mode and (not tail or rng.random() < REGISTER_ACC_MODE_PRIOR) else tail

@@ -62,6 +62,45 @@ def conv2d(N: int, CI: int, H: int, W: int, CO: int, KH: int, KW: int, stride: i
 
 
 @register_workload
+def conv2d_grouped(N: int, CI: int, H: int, W: int, CO: int, KH: int, KW: int, stride: int, pad: int,
+                   dilation: int, groups: int) -> list[te.Tensor]:
+    """NCHW grouped conv2d as PyTorch's ``conv2d(x, w, stride, pad, dilation, groups)``: the
+    kernel is ``[CO, CI // groups, KH, KW]`` and output channel ``f`` reads the ``CI // groups``
+    input channels of group ``f // (CO // groups)``; zero padding, fp32. ``groups == 1`` is
+    `conv2d` (with dilation); ``groups == CI == CO`` a depthwise convolution."""
+    if groups < 1 or CI % groups or CO % groups:
+        raise ValueError(f"conv2d_grouped: {CI} input and {CO} output channels do not both split "
+                         f"into {groups} groups")
+    if min(N, CI, H, W, CO, KH, KW, stride, dilation) < 1 or pad < 0:
+        raise ValueError(f"conv2d_grouped: bad shape {(N, CI, H, W, CO, KH, KW, stride, pad, dilation)}")
+    cig, cog = CI // groups, CO // groups
+    data = te.placeholder((N, CI, H, W), "float32", name="data")
+    kernel = te.placeholder((CO, cig, KH, KW), "float32", name="kernel")
+    padded = _pad(data, pad, "pad")
+    OH = (H + 2 * pad - dilation * (KH - 1) - 1) // stride + 1
+    OW = (W + 2 * pad - dilation * (KW - 1) - 1) // stride + 1
+    if OH < 1 or OW < 1:
+        raise ValueError(f"conv2d_grouped: a {KH}x{KW} kernel (dilation {dilation}) does not fit "
+                         f"the padded {H}x{W} input")
+    rc = te.reduce_axis((0, cig), name="rc")
+    ry = te.reduce_axis((0, KH), name="ry")
+    rx = te.reduce_axis((0, KW), name="rx")
+
+    def channel(f: te.Expr) -> te.Expr:  # the input channel rc of f's group
+        return rc.var if groups == 1 else f * cig + rc.var if cog == 1 else f // cog * cig + rc.var
+
+    def tap(r: te.Expr) -> te.Expr:
+        return r * dilation if dilation > 1 else r
+
+    out = te.compute(
+        (N, CO, OH, OW),
+        lambda b, f, y, x: te.sum(padded[b, channel(f), y * stride + tap(ry.var), x * stride + tap(rx.var)]
+                                  * kernel[f, rc, ry, rx], axis=[rc, ry, rx]),
+        name="conv")
+    return [data, kernel, out]
+
+
+@register_workload
 def depthwise_conv2d(N: int, C: int, H: int, W: int, KH: int, KW: int, stride: int, pad: int) -> list[te.Tensor]:
     """NCHW depthwise conv2d (one KHxKW filter per channel), zero padding, fp32."""
     data = te.placeholder((N, C, H, W), "float32", name="data")
@@ -217,6 +256,6 @@ def dense_bias_residual(n: int, k: int, m: int) -> list[te.Tensor]:
     return [X, W, b, R, out]
 
 
-STANDARD = {f.__name__: f for f in (matmul, batch_matmul, conv2d, depthwise_conv2d, softmax, dense, dense_relu,
-                                    dense_gelu, dense_bias_residual,
+STANDARD = {f.__name__: f for f in (matmul, batch_matmul, conv2d, conv2d_grouped, depthwise_conv2d, softmax, dense,
+                                    dense_relu, dense_gelu, dense_bias_residual,
                                     layer_norm, rms_norm, group_norm, batch_norm_infer)}
