@@ -167,6 +167,12 @@ def _launch_of(art: Any) -> dict[str, dict[str, int]]:
     return out
 
 
+# local memory a thread may address (CUDA's limit since compute capability 2.0); a kernel
+# declaring more is refused by cuLaunchKernel with CUDA_ERROR_INVALID_VALUE (an H100 run met
+# a candidate whose 512x16 per-thread tile made an 8 MiB local depot)
+MAX_LOCAL_BYTES = 512 * 1024
+
+
 def ptxas_problems(kernels: dict[str, dict[str, Any]], target: Any, allow_spills: bool) -> list[str]:
     """Why kernels with these ptxas resources and launches cannot launch (or are refused)."""
     lim = target.gpu
@@ -180,6 +186,10 @@ def ptxas_problems(kernels: dict[str, dict[str, Any]], target: Any, allow_spills
                        f"exceed the {lim.registers_per_sm} registers a block may use on {lim.arch}")
         if k.get("shared_bytes", 0) > lim.static_smem:
             out.append(f"{name}: {k['shared_bytes']} bytes of shared memory exceed {lim.static_smem} on {lim.arch}")
+        if k.get("stack_frame", 0) > MAX_LOCAL_BYTES:
+            out.append(f"{name}: {k['stack_frame']} bytes of local memory per thread (a register "
+                       f"tile ptxas could not keep in registers) exceed the {MAX_LOCAL_BYTES} a "
+                       "thread may have")
         if not allow_spills and (k.get("spill_stores", 0) or k.get("spill_loads", 0)):
             out.append(f"{name}: ptxas spills registers ({k.get('spill_stores', 0)} bytes stored, "
                        f"{k.get('spill_loads', 0)} loaded) at {regs} registers per thread")
@@ -232,7 +242,7 @@ def gpu_build_job(task: SearchTask, steps: tuple[Step, ...], name: str,
         for kname, r in report.items():
             kernels.setdefault(kname, {"threads": 1, "blocks": 1}).update(
                 registers=r.registers, shared_bytes=r.shared_bytes, spill_stores=r.spill_stores,
-                spill_loads=r.spill_loads)
+                spill_loads=r.spill_loads, stack_frame=r.stack_frame)
         problems = ptxas_problems(kernels, tgt, allow_spills)
         if problems:
             return BuildResult(None, name, error=MeasureErrorNo.RESOURCE_LIMIT,

@@ -16,6 +16,7 @@ from standin_tuning import tune_with_standin
 
 import tecomp as tc
 import tuning
+from tecomp.codegen.ptxas import find_ptxas
 from tecomp.codegen.target import Target
 from tuning import gpu_space
 from tuning.cli import main
@@ -24,6 +25,7 @@ from tuning.gpu_measure import (
     STANDIN_TIMING,
     EmulatingRunner,
     GpuBuilder,
+    gpu_build_job,
     ptxas_problems,
     standin_cost,
 )
@@ -32,6 +34,7 @@ from tuning.measure import MeasureErrorNo, MeasureInput, MeasureResult
 from tuning.records import RecordWriter, load_records
 from tuning.steps import BindStep, StorePredicateStep, steps_from_json, steps_to_json
 from tuning.task import SearchTask, TuningError
+from tuning.workloads import matmul
 
 CUDA = "cuda -arch=sm_80"
 
@@ -182,6 +185,36 @@ def test_ptxas_resources_filter() -> None:
     spills = {"k": {"registers": 255, "threads": 128, "spill_stores": 16, "spill_loads": 16}}
     assert "spills" in ptxas_problems(spills, tgt, allow_spills=False)[0]
     assert ptxas_problems(spills, tgt, allow_spills=True) == []
+    # a local depot over 512 KiB per thread: cuLaunchKernel says CUDA_ERROR_INVALID_VALUE
+    depot = {"k": {"registers": 88, "threads": 1, "stack_frame": 8 << 20}}
+    assert "local memory per thread" in ptxas_problems(depot, tgt, allow_spills=True)[0]
+    assert ptxas_problems({"k": dict(depot["k"], stack_frame=256)}, tgt, allow_spills=False) == []
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas (CUDA toolkit) not installed")
+def test_a_register_tile_too_big_for_local_memory_is_a_resource_limit() -> None:
+    # the candidate of an H100 tuning run (matmul 2048^3) that failed to launch: each thread
+    # accumulates a 512x16 tile, which ptxas puts in an 8 MiB local depot
+    task = SearchTask(matmul, (2048, 2048, 2048), target="cuda -arch=sm_90")
+    steps = steps_from_json([
+        {"kind": "cache_write", "stage": "C", "scope": "local"},
+        {"kind": "split", "stage": "C", "axis": 0, "factors": [1, 1, 1024]},
+        {"kind": "split", "stage": "C", "axis": 4, "factors": [32, 1, 64]},
+        {"kind": "reorder", "stage": "C", "order": [0, 4, 1, 5, 2, 6, 3, 7]},
+        {"kind": "bind", "stage": "C", "axis": 0, "tag": "blockIdx.y"},
+        {"kind": "bind", "stage": "C", "axis": 1, "tag": "blockIdx.x"},
+        {"kind": "bind", "stage": "C", "axis": 2, "tag": "vthread"},
+        {"kind": "bind", "stage": "C", "axis": 3, "tag": "vthread"},
+        {"kind": "bind", "stage": "C", "axis": 4, "tag": "threadIdx.y"},
+        {"kind": "bind", "stage": "C", "axis": 5, "tag": "threadIdx.x"},
+        {"kind": "compute_at", "stage": "C.local", "target": "C", "target_axis": 5},
+        {"kind": "split", "stage": "C.local", "axis": 0, "factors": [512]},
+        {"kind": "split", "stage": "C.local", "axis": 2, "factors": [16]},
+        {"kind": "split", "stage": "C.local", "axis": 4, "factors": [8, 32]},
+        {"kind": "reorder", "stage": "C.local", "order": [4, 5, 0, 2, 6, 1, 3]},
+    ])
+    r = gpu_build_job(task, steps, "default_function")
+    assert r.error is MeasureErrorNo.RESOURCE_LIMIT and "local memory per thread" in r.error_msg, r.error_msg
 
 
 # the tuning loop with the emulating stand-in ---------------------------------------------------
