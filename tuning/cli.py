@@ -154,7 +154,8 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
              "top-k", "measured on")]
     for recs in groups.values():
         r0 = recs[0]
-        # one row per candidate, judged on all its timings (as best_record and apply_best)
+        # one row per candidate, judged as best_record and apply_best judge it (its re-timings
+        # without the one that selected it, if it was re-timed)
         valid = aggregate(recs, index)
         errs: dict[str, int] = {}
         for r in recs:

@@ -31,7 +31,9 @@ Which cost is used where: a record's ``costs`` are always the raw seconds measur
 Candidates measured at different times are compared by their *normalised* cost
 (`tuning.speed.SpeedIndex`: mean x the log's median reference time of that machine and kind /
 the record's ``ref_s``; the raw mean for a record without an index): `best_record`,
-`apply_best`, ``tecomp show-log``'s best and ``export`` choose by it.
+`apply_best`, ``tecomp show-log``'s best and ``export`` choose by it. A candidate timed more
+than once is judged on its re-timings, without the earliest timing that selected it
+(`aggregate`).
 
 >>> rec = best_record("matmul.jsonl", task)       # doctest: +SKIP
 >>> s, args = task.apply_steps(rec.steps)          # doctest: +SKIP
@@ -97,7 +99,7 @@ class Record(Timed):
     # the machine that measured it (None: the log does not say, e.g. a build error)
     machine: Machine | None = field(default=None, compare=False)
     # the machine-speed index measured with it (`tuning.speed`; None: unknown, e.g. an old
-    # record); for an `aggregate`d candidate, the index of all its timings together
+    # record); for an `aggregate`d candidate, the index of the timings it is judged on together
     ref_s: float | None = None
     ref_kind: str = ""  # which reference kernel: "parallel" or "serial" ("" without ref_s)
     ref_spread: float | None = None  # max / min of its repeats (`tuning.speed.UNSTEADY`)
@@ -428,7 +430,7 @@ def load_records(path: str, task: SearchTask | None = None) -> list[Record]:
 def best_record(path: str, task: SearchTask) -> Record:
     """The valid candidate of ``task`` in ``path`` with the lowest normalised cost
     (`tuning.speed.SpeedIndex` of the whole log: raw costs for records without an index),
-    each candidate judged on all its timings (`aggregate`)."""
+    each candidate judged on its timings but the one that selected it (`aggregate`)."""
     if not os.path.exists(path):
         raise NoValidRecordError(f"tuning log {path!r} does not exist; run tuning.tune([task], "
                                  f"log={path!r}) first")
@@ -447,13 +449,16 @@ def best_record(path: str, task: SearchTask) -> Record:
 
 
 def aggregate(records: Sequence[Record], index: SpeedIndex | None = None) -> list[Record]:
-    """One record per candidate (steps key): the latest, holding the raw costs of every valid
-    measurement of it. A candidate re-measured after tuning (`tune`'s ``remeasure``) is
-    judged on all its timings, not on the luckiest: picking the minimum of hundreds of noisy
-    single measurements favours the one that happened to be timed fast. Its ``ref_s`` is
-    then the index of all those timings (`tuning.speed.combined_ref` under ``index``, by
-    default the index of ``records``), so ``index.cost`` of it is the mean of its timings
-    each normalised by its own measurement's index."""
+    """One record per candidate (steps key): the latest, holding the raw costs its estimate
+    rests on. A candidate timed once is judged on that timing. A candidate timed more than
+    once (`tune`'s ``remeasure`` re-times the best) is judged on its re-timings only: its
+    earliest valid timing is the one that made it a best -- the fastest of hundreds of noisy
+    timings is the luckiest, and keeping it in the mean kept about half that luck in the
+    estimate (docs/design.md, "Honest numbers"). That *selection timing* stays in the log,
+    unused (`selection_split`); the rule needs no marker, so logs of every version read alike.
+    Its ``ref_s`` is then the index of the timings used (`tuning.speed.combined_ref` under
+    ``index``, by default the index of ``records``), so ``index.cost`` of it is the mean of
+    those timings each normalised by its own measurement's index."""
     index = index or SpeedIndex.from_records(records)
     by_key: dict[str, list[Record]] = {}
     for r in records:
@@ -461,12 +466,22 @@ def aggregate(records: Sequence[Record], index: SpeedIndex | None = None) -> lis
             by_key.setdefault(r.key, []).append(r)
     out = []
     for recs in by_key.values():
+        _, used = selection_split(recs)
         last = max(recs, key=lambda r: r.timestamp)
-        costs = tuple(c for r in recs for c in r.costs)
-        in_order: list[Record] = sorted(recs, key=lambda r: r.timestamp)
-        out.append(last if len(recs) == 1 else
-                   dataclasses.replace(last, costs=costs, ref_s=combined_ref(in_order, index), ref_spread=None))
+        out.append(used[0] if len(used) == 1 else
+                   dataclasses.replace(last, costs=tuple(c for r in used for c in r.costs),
+                                       ref_s=combined_ref(used, index), ref_spread=None))
     return out
+
+
+def selection_split(records: Sequence[Record]) -> tuple[Record | None, list[Record]]:
+    """The valid timings of one candidate split into its selection timing (the earliest, by
+    timestamp and then log order; None when it was timed once) and those its estimate rests
+    on (`aggregate`), in time order."""
+    valid = sorted((r for r in records if r.valid), key=lambda r: r.timestamp)  # stable: log order
+    if len(valid) < 2:
+        return None, valid
+    return valid[0], valid[1:]
 
 
 def summarize(records: Sequence[Record]) -> dict[str, int]:
@@ -534,5 +549,6 @@ def apply_best(log: str, task: SearchTask | str | None = None) -> tuple[Any, lis
 __all__ = ["MACHINE", "MODEL_QUALITY", "READ_VERSIONS", "TASK", "ModelQuality", "NoValidRecordError", "Record",
            "RecordWriter",
            "SCHEMA_VERSION", "aggregate", "apply_best", "best_record", "iter_records", "load_model_quality",
-           "load_records", "load_tasks", "machine_to_json", "record_from_json", "record_to_json", "summarize",
+           "load_records", "load_tasks", "machine_to_json", "record_from_json", "record_to_json", "selection_split",
+           "summarize",
            "task_to_json"]

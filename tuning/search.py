@@ -25,6 +25,13 @@ from .space import Candidate, SearchSpace
 from .task import SearchTask
 
 
+def estimate(timings: Sequence[float]) -> float:
+    """A candidate's cost from its timings in the order taken: the one timing it has, else
+    the mean of all but the first -- the timing that made it a best is the luckiest of many
+    (`tuning.records.aggregate` reads a log by the same rule)."""
+    return float(timings[0]) if len(timings) == 1 else float(np.mean(timings[1:]))
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """Knobs of the evolutionary search (defaults sized for a 2-core machine)."""
@@ -55,7 +62,8 @@ class EvolutionarySearch:
         # again; the tuner adds a batch's keys when it submits it, `update` removes them
         self.pending: set[str] = set()
         self._elite_pool: dict[str, tuple[float, Candidate]] = {}
-        self._timings: dict[str, list[float]] = {}  # steps key -> every mean measured here
+        # steps key -> every mean measured here, the first the one that selected it
+        self._timings: dict[str, list[float]] = {}
 
     def update(self, candidates: Sequence[Candidate], results: Sequence[MeasureResult]) -> None:
         """Remember measurements (never propose them again; the fastest seed populations)."""
@@ -78,10 +86,11 @@ class EvolutionarySearch:
 
     def add_timing(self, key: str, cost: float, candidate: Candidate | None = None) -> None:
         """Another timing of a measured candidate (a re-measurement): from now on it is judged
-        on the mean of all its timings; a failed one (inf) makes it no elite."""
+        on its re-timings (`estimate`: the first timing, which selected it, left out); a failed
+        one (inf) makes it no elite."""
         t = self._timings.setdefault(key, [])
         t.append(cost)
-        mean = float(np.mean(t))
+        mean = estimate(t)
         self.measured[key] = mean
         old = self._elite_pool.pop(key, None)
         cand = candidate or (old[1] if old else None)
@@ -94,8 +103,12 @@ class EvolutionarySearch:
         return [c for _, c in sorted(mine, key=lambda t: t[0])[:k]]
 
     def best_cost(self) -> float:
-        """The lowest cost of a measured candidate (each judged on the mean of its timings)."""
-        return min((float(np.mean(t)) for t in self._timings.values() if t), default=float("inf"))
+        """The lowest cost of a measured candidate (each judged by `estimate`)."""
+        return min((estimate(t) for t in self._timings.values() if t), default=float("inf"))
+
+    def timings(self, key: str) -> int:
+        """How many times the candidate was timed here (0: never)."""
+        return len(self._timings.get(key, ()))
 
     def add_elite(self, candidate: Candidate, cost: float) -> None:
         """A good candidate known from an earlier run (``tune(warm_start=...)``).
@@ -256,4 +269,4 @@ class RandomSearch(EvolutionarySearch):
         return list(batch.values())
 
 
-__all__ = ["EvolutionarySearch", "RandomSearch", "SearchOptions"]
+__all__ = ["EvolutionarySearch", "RandomSearch", "SearchOptions", "estimate"]

@@ -266,7 +266,7 @@ class Retimed:
     """One record of a log re-timed now (`retime`)."""
 
     record: Record
-    logged_s: float  # its mean raw cost in the log (all its timings)
+    logged_s: float  # its mean raw cost in the log (`tuning.records.aggregate`: re-timings if any)
     normalised_s: float  # its normalised cost in the log
     fresh_s: float  # the median of its fresh rounds (inf: it failed now: ``error``)
     # ``fresh_s`` normalised as the log's records are (the log's baseline of this machine and

@@ -26,7 +26,8 @@ search, the cost model, the scheduler and ``remeasure`` see is normalised by the
 time measured with it (to the machine's baseline: the median of the log's reference times
 when the run resumes, else the first one the run sees); the log keeps the raw costs with the
 index beside them. The returned `TuneResult.best_cost` is the raw mean of the candidate
-that ranks first by normalised cost, as `tuning.records.best_record` finds it in the log.
+that ranks first by normalised cost, as `tuning.records.best_record` finds it in the log
+(a re-measured candidate's mean without the timing that selected it: `tuning.remeasure`).
 
 Measurement goes through the `tuning.protocols.Builder`/`Runner` interfaces (any
 implementation; `LocalBuilder`/`LocalRunner` by default). A runner that is ``exclusive``
@@ -66,6 +67,7 @@ from .features import FeatureCache
 from .measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult, WorkerPool
 from .protocols import Builder, ResultCallback, Runner, check_builder, check_runner
 from .records import Record, RecordWriter, aggregate, load_records
+from .remeasure import remeasure as remeasure_best
 from .scheduler import GradientTaskScheduler, check_weights
 from .search import EvolutionarySearch, RandomSearch, SearchOptions
 from .space import Candidate
@@ -111,8 +113,9 @@ class TuneResult:
     new_trials: int = 0  # measured by this call
     # seconds per call of the best candidate, chosen by normalised cost (`tuning.speed`): while
     # tuning, that normalised cost (what the scheduler weighs); when `tune` returns, the raw
-    # mean of all its timings -- the candidate and the figure `tuning.records.best_record`
-    # gives for the log -- with its normalised cost in ``best_normalised_cost``
+    # mean of its timings (re-timings only, if it was re-measured: `tuning.records.aggregate`)
+    # -- the candidate and the figure `tuning.records.best_record` gives for the log -- with
+    # its normalised cost in ``best_normalised_cost``
     best_cost: float = math.inf
     best_normalised_cost: float = math.inf
     errors: dict[str, int] = field(default_factory=dict)
@@ -221,11 +224,12 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     (``weights``: one float >= 0 per task, default 1.0). ``warm_start``: logs of earlier runs
     (any tasks) that pre-train the cost model; they are read, never written, and their
     records are not trials of this run. ``remeasure``: when the budget is spent, the best
-    few candidates of each task are timed once more (logged like any measurement, not counted
-    as trials; a candidate timed once that overtakes them is timed again too, for up to two
-    more rounds, so the winner rests on two timings), and a candidate's cost is the mean of
-    all its timings -- the fastest of hundreds of noisy timings is otherwise an optimistic
-    claim. Returns one `TuneResult` per task, in order.
+    ``remeasure`` candidates of each task are timed again, in rounds, until each rests on two
+    re-timings (logged like any measurement, not counted as trials; a candidate timed once
+    that overtakes them is re-timed too, within a few rounds: `tuning.remeasure`), and a
+    re-timed candidate's cost is the mean of its re-timings, without the timing that selected
+    it -- the fastest of hundreds of noisy timings is the luckiest. Returns one `TuneResult`
+    per task, in order.
 
     When a task's first two batches (8 candidates at least) all fail with the same error and
     none of its candidates ever succeeded, the cause is not the candidates (a workload that
@@ -342,7 +346,8 @@ class _TaskRun:
         self.search = kind(task, model, rng, options, space)
         # failures of this call's candidates while none has succeeded (for the early stop)
         self.failures: list[MeasureResult] = []
-        self.raw: dict[str, list[float]] = {}  # steps key -> every raw timing (no log to read)
+        # steps key -> the raw costs of each valid timing, in order (without a log to read)
+        self.raw: dict[str, list[tuple[float, ...]]] = {}
 
     def candidate(self, rec: Record) -> Candidate | None:
         """The search's candidate for a logged record, when the space can re-create it."""
@@ -430,8 +435,9 @@ class _Tuner:
             seen: dict[str, float] = {}
             for r in by_key.get(run.task.workload_key, []):
                 res = self._norm(r.result())
-                run.raw.setdefault(r.key, []).extend(r.costs)
-                if r.key in seen:  # a re-measurement: the candidate is judged on all timings
+                if r.valid:
+                    run.raw.setdefault(r.key, []).append(r.costs)
+                if r.key in seen:  # a re-measurement: from now on judged on its re-timings
                     run.search.add_timing(r.key, res.mean)
                     continue
                 seen[r.key] = res.mean
@@ -641,48 +647,8 @@ class _Tuner:
             f"{where}. The first one said:\n{example}", kind, example)
 
     def remeasure(self, k: int) -> None:
-        """Time the ``k`` best candidates of every task again and judge each on the mean of
-        all its timings (`tuning.records.aggregate`), each timing normalised by the speed
-        index of its own batch (a slow moment does not demote a candidate); the result's
-        best_cost follows.
-
-        If the timings come back slower, a candidate timed once can overtake them; the top
-        ``k`` newcomers are then timed again too (at most two more rounds), so the winner is
-        judged on two timings, not on the one lucky timing this is meant to discount.
-        """
-        if k <= 0:
-            return
-
-        def log_only(inp: MeasureInput, res: MeasureResult) -> None:
-            with self._lock:
-                if self.writer is not None and not self.stopping:
-                    self.writer.write(inp, res)
-
-        for run in self.runs:
-            out = run.result
-            if not out.new_trials:  # a resumed run that measured nothing stays put
-                continue
-            t_start = time.perf_counter()
-            timed: set[str] = set()
-            for _ in range(3):
-                best = [c for c in run.search.best(k) if c.key not in timed]
-                if not best:
-                    break
-                ins = [MeasureInput.of(run.task, c) for c in best]
-                res, tb, tr = self._measure(ins, log_only)
-                out.build_s += tb
-                out.run_s += tr
-                for c, r in zip(best, res):
-                    run.raw.setdefault(c.key, []).extend(r.costs if r.valid else ())
-                    with self._lock:
-                        cost = self._norm(r).mean if r.valid else math.inf
-                    run.search.add_timing(c.key, cost, c)
-                    timed.add(c.key)
-                winner = run.search.best(1)
-                if not winner or winner[0].key in timed:
-                    break
-            out.best_cost = run.search.best_cost()
-            out.wall_s += time.perf_counter() - t_start
+        """Re-time the best ``k`` candidates of every task (`tuning.remeasure`)."""
+        remeasure_best(self, k)
 
     def _grade(self, run: _TaskRun, scores: np.ndarray, res: Sequence[MeasureResult]) -> None:
         q = ranking_quality(scores, [r.mean if r.valid else math.inf for r in res])
@@ -712,7 +678,7 @@ class _Tuner:
                 out.errors[res.error.name] = out.errors.get(res.error.name, 0) + 1
                 if res.valid:
                     out.best_cost = min(out.best_cost, self._norm(res).mean)
-                    run.raw.setdefault(inp.key, []).extend(res.costs)
+                    run.raw.setdefault(inp.key, []).append(res.costs)
                 elif not math.isfinite(out.best_cost):
                     run.failures.append(res)
                 self._postfix()
@@ -763,7 +729,8 @@ class _Tuner:
     def _final_best(self) -> None:
         """Each result's best: the candidate first by normalised cost and its raw mean, as
         `best_record` picks it from the log (the log's baselines), or without a log as the
-        search ranks it (the run's baselines)."""
+        search ranks it (the run's baselines); either way a candidate timed more than once
+        is judged without the timing that selected it (`tuning.records.aggregate`)."""
         every = load_records(self.log) if self.log else []
         index = SpeedIndex.from_records(every)
         for run in self.runs:
@@ -776,7 +743,8 @@ class _Tuner:
                 measured = run.search.measured
                 key = min((k for k, v in run.raw.items() if v), key=lambda k: measured.get(k, math.inf))
                 out.best_normalised_cost = measured.get(key, math.inf)
-                out.best_cost = float(np.mean(run.raw[key]))
+                timings = run.raw[key]
+                out.best_cost = float(np.mean([c for t in (timings[1:] or timings) for c in t]))
 
 
 def _task_of(rec: Record, path: str) -> SearchTask | None:

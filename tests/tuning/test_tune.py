@@ -41,11 +41,12 @@ def test_short_tune_finds_a_correct_schedule(tmp_path: Path, pools: tuple[LocalB
                       runner=runner, search=small, progress=False)[0]
     assert res.trials == 16 and res.new_trials == 16 and np.isfinite(res.best_cost)
     assert len({r.key for r in load_records(log, task)}) == 16
-    # the best candidates were timed again; the winner is judged on all its timings
+    # the best candidates were timed again, twice; the winner is judged on its re-timings
+    # (its first timing, which selected it, left out: test_honest_best.py)
     rec = tuning.records.best_record(log, task)
-    same = [r for r in load_records(log, task) if r.key == rec.key]
-    assert len(same) == 2 and rec.costs == tuple(c for r in same for c in r.costs)
-    assert res.best_cost == pytest.approx(float(np.mean([r.mean for r in same])), rel=1e-9)
+    same = sorted((r for r in load_records(log, task) if r.key == rec.key), key=lambda r: r.timestamp)
+    assert len(same) == 3 and rec.costs == tuple(c for r in same[1:] for c in r.costs)
+    assert res.best_cost == pytest.approx(float(np.mean([r.mean for r in same[1:]])), rel=1e-9)
     s, args = task.apply_best(log)
     best = tc.build(s, args, name="best")
     rng = np.random.default_rng(0)
@@ -121,9 +122,9 @@ def test_interrupt_and_kill_then_resume_lose_nothing(tmp_path: Path,
                       progress=False)[0]
     final = [r.key for r in load_records(str(log))]
     assert res.new_trials == 3 and res.trials == total
-    # nothing measured twice, but for the best few timed again at the end (remeasure)
-    # (4, and up to 2 x 4 more that overtake them after timings that came back slower)
-    assert set(second) <= set(final) and len(set(final)) == total and len(final) <= total + 12
+    # nothing measured twice, but for the best few timed again at the end (remeasure: the
+    # top 4 twice each, and those that overtake them, within tuning.remeasure.ROUNDS rounds)
+    assert set(second) <= set(final) and len(set(final)) == total and len(final) <= total + 18
 
 
 class _SlowSpell(LocalRunner):
@@ -155,7 +156,7 @@ class _SlowSpell(LocalRunner):
 def test_remeasure_retimes_a_candidate_that_overtakes_the_retimed_best(
         tmp_path: Path, pools: tuple[LocalBuilder, LocalRunner]) -> None:
     # the four best come back much slower: a candidate timed once now leads, and must be
-    # timed again before it is called the best
+    # timed again -- twice -- before it is called the best
     builder, _ = pools
     runner = _SlowSpell(4)
     task = tuning.SearchTask(wl.matmul, (64, 64, 64))
@@ -166,10 +167,13 @@ def test_remeasure_retimes_a_candidate_that_overtakes_the_retimed_best(
                           progress=False, remeasure=4)[0]
     finally:
         runner.close()
-    assert len(runner.retimed) > 4 and len(set(runner.retimed)) == len(runner.retimed) <= 12
+    assert len(runner.retimed) > 4 and len(runner.retimed) <= 18
+    assert all(runner.retimed.count(k) <= 2 for k in runner.retimed)
     rec = tuning.records.best_record(log, task)
-    assert rec.key in runner.retimed[4:]
-    assert len([r for r in load_records(log, task) if r.key == rec.key]) == 2
+    assert rec.key in runner.retimed[4:] and runner.retimed.count(rec.key) == 2
+    # its selection timing and two re-timings logged; its cost is the mean of the re-timings
+    mine = sorted((r for r in load_records(log, task) if r.key == rec.key), key=lambda r: r.timestamp)
+    assert len(mine) == 3 and rec.costs == mine[1].costs + mine[2].costs
     assert res.best_cost == pytest.approx(rec.mean, rel=1e-9)
 
 
