@@ -138,6 +138,7 @@ NP = dict(
     tdiv=lambda x, c: np.abs(x) // abs(c) * np.sign(x) * np.sign(c), fdiv=np.divide,
     floordiv=np.floor_divide, mod=np.mod, truncmod=np.fmod, ceildiv=lambda x, c: -(-x // c),
     band=np.bitwise_and, bxor=np.bitwise_xor, shr=np.right_shift, shl=np.left_shift,
+    atan=np.arctan, log1pa=lambda x: np.log1p(np.abs(x)), fmodc=lambda x: np.fmod(x, 0.75),
 )
 TE = dict(
     dim=lambda d: d.expr, imin=lambda a, b: te.min(tc.const(a) if isinstance(a, int) else a, b),
@@ -151,6 +152,7 @@ TE = dict(
     tdiv=te.truncdiv, fdiv=lambda x, c: x / c, floordiv=lambda x, c: x // c, mod=lambda x, c: x % c,
     truncmod=te.truncmod, ceildiv=te.ceildiv, band=lambda x, c: x & c, bxor=lambda x, c: x ^ c,
     shr=lambda x, c: x >> c, shl=lambda x, c: x << c,
+    atan=te.atan, log1pa=lambda x: te.log1p(te.abs(x)), fmodc=lambda x: te.fmod(x, tc.const(0.75, "float32")),
 )
 TXT = {k: (lambda k: lambda *a: Src(f"{k}({', '.join(map(str, a))})"))(k) for k in NP}
 TXT.update(
@@ -170,6 +172,8 @@ TXT.update(
     truncmod=lambda x, c: Src(f"te.truncmod({x}, {c})"), ceildiv=lambda x, c: Src(f"te.ceildiv({x}, {c})"),
     band=lambda x, c: Src(f"({x} & {c})"), bxor=lambda x, c: Src(f"({x} ^ {c})"),
     shr=lambda x, c: Src(f"({x} >> {c})"), shl=lambda x, c: Src(f"({x} << {c})"),
+    atan=lambda x: Src(f"te.atan({x})"), log1pa=lambda x: Src(f"te.log1p(te.abs({x}))"),
+    fmodc=lambda x: Src(f"te.fmod({x}, tc.const(0.75, 'float32'))"),
 )
 for _k in ("abs", "tanh", "sigmoid", "max", "min"):
     TXT[_k] = (lambda k: lambda *a: Src(f"te.{k}({', '.join(map(str, a))})"))(_k)
@@ -501,9 +505,21 @@ class Gen:
                 return ("un", op, n), i
             x = self.to_float(x)
             n, i = x
-        op = self.pick(["neg", "abs", "exp", "tanh", "sigmoid", "sqrt"])
+        op = self.pick(["neg", "abs", "exp", "tanh", "sigmoid", "sqrt", "atan", "log1pa", "fmodc"])
         if op in ("neg", "abs"):
             return ("un", op, n), i
+        # issue 15's math, vector code in vectorized loops: atan and log1p have slopes <= 1
+        # (an input error passes through unamplified) and err by a few ulp of their output;
+        # fmod is exact but jumps by 0.75 at multiples of it, so only exact inputs take it
+        if op == "atan":
+            return ("un", op, n), _fin("float32", 1.6, None, i.E + 8 * EPS * 1.6, False)
+        if op == "log1pa":
+            M = math.log1p(i.M)
+            return ("un", op, n), _fin("float32", M, None, i.E + 8 * EPS * M, False)
+        if op == "fmodc":
+            if i.E == 0.0 and i.g is not None:
+                return ("un", op, n), Info("float32", 0.75, max(i.g, 2), 0.0)
+            op = "tanh"
         if op == "exp":
             return ("un", op, n), _fin("float32", 20.1, None, 20.1 * i.E + 8 * EPS * 20.1, False)
         if op in ("tanh", "sigmoid"):
