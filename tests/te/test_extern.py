@@ -2,45 +2,19 @@
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
+from c_libs import SGEMM_C, build_c_library, load_numpy_openblas
 
 import tecomp as tc
 from tecomp import te
 from tecomp.errors import TecompError
 from tecomp.runtime import interp
 
-_GEMM_C = r"""
-#include <stdint.h>
-/* row-major C[n, m] = A[n, l] * B[l, m] with explicit leading dimensions */
-int32_t tc_test_sgemm(const float* a, const float* b, float* c, int32_t n, int32_t l,
-                      int32_t m, int32_t lda) {
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < m; ++j) {
-      float s = 0.0f;
-      for (int k = 0; k < l; ++k) s += a[i * lda + k] * b[k * m + j];
-      c[i * m + j] = s;
-    }
-  return 0;
-}
-"""
-
 
 @pytest.fixture(scope="module")
 def gemm_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    d = tmp_path_factory.mktemp("extern")
-    src, lib = d / "gemm.c", d / "libtcgemm.so"
-    src.write_text(_GEMM_C)
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
-    tc.load_extern_library(str(lib))
-    return str(lib)
+    return build_c_library(tmp_path_factory, SGEMM_C, "tcgemm")
 
 
 def _inputs(n: int, l: int, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -54,7 +28,8 @@ def test_extern_gemm_then_compute(gemm_lib: str) -> None:
     B = te.placeholder((l, m), name="B")
     C = te.extern((n, m), [A, B],
                   lambda ins, outs: te.call_extern("int32", "tc_test_sgemm", ins[0].data,
-                                                   ins[1].data, outs[0].data, n, l, m, l),
+                                                   ins[1].data, outs[0].data, n, l, m,
+                                                   tc.const(l, "int64"), tc.const(m, "int64")),
                   name="C")
     D = te.compute(C.shape, lambda i, j: C[i, j] + 1.0, name="D")
     s = te.create_schedule(D.op)
@@ -85,7 +60,8 @@ def test_decl_buffer_binds_and_access_ptr(gemm_lib: str) -> None:
     C = te.extern((n, m), [A, B],
                   lambda ins, outs: te.call_extern("int32", "tc_test_sgemm", ins[0].access_ptr("r"),
                                                    ins[1].access_ptr("r"), outs[0].access_ptr("w"),
-                                                   n, l, m, s1),
+                                                   n, l, m, s1.astype("int64"),
+                                                   tc.const(m, "int64")),
                   name="C", in_buffers=[Ab, Bb])
     s = te.create_schedule(C.op)
     f = tc.build(s, [A, B, C], binds={A: Ab})
@@ -97,11 +73,7 @@ def test_decl_buffer_binds_and_access_ptr(gemm_lib: str) -> None:
 
 
 def test_numpy_openblas_sgemm() -> None:
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs",
-                                  "libscipy_openblas64_*.so"))
-    if not libs:
-        pytest.skip("numpy has no bundled scipy-openblas64")
-    tc.load_extern_library(libs[0])
+    load_numpy_openblas()
     n, l, m = 96, 64, 80
     A = te.placeholder((n, l), name="A")
     B = te.placeholder((l, m), name="B")

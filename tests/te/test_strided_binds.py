@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import shutil
 import subprocess
 import textwrap
@@ -13,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from c_libs import SGEMM_C, build_c_library, load_numpy_openblas
 
 import tecomp as tc
 from tecomp import te
@@ -253,32 +252,11 @@ def test_c_program_passes_row_strides(tmp_path: Path) -> None:
     assert run.stdout.split() == ["0", "7", str(2 * 1566 + 1), "0", "0"], run.stderr
 
 
-_GEMM_C = r"""
-#include <stdint.h>
-/* row-major C[n, m] = A[n, l] * B[l, m]; A and C with leading dimensions (BLAS's lda/ldc) */
-int32_t tc_strided_sgemm(const float* a, const float* b, float* c, int32_t n, int32_t l,
-                         int32_t m, int64_t lda, int64_t ldc) {
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < m; ++j) {
-      float s = 0.0f;
-      for (int k = 0; k < l; ++k) s += a[i * lda + k] * b[k * m + j];
-      c[i * ldc + j] = s;
-    }
-  return 0;
-}
-"""
 
 
 @pytest.fixture(scope="module")
 def gemm_lib(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    d = tmp_path_factory.mktemp("strided_extern")
-    src, lib = d / "gemm.c", d / "libtcstrided.so"
-    src.write_text(_GEMM_C)
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
-    tc.load_extern_library(str(lib))
-    return str(lib)
+    return build_c_library(tmp_path_factory, SGEMM_C, "tcstrided")
 
 
 def _extern_gemm(n: int, l: int, m: int) -> tuple:
@@ -289,7 +267,7 @@ def _extern_gemm(n: int, l: int, m: int) -> tuple:
     i64 = lambda v: tc.const(v, "int64") if isinstance(v, int) else v.astype("int64")  # noqa: E731
     C = te.extern((n, m), [A, B],
                   lambda ins, outs: te.call_extern(
-                      "int32", "tc_strided_sgemm", ins[0].access_ptr("r"), ins[1].data,
+                      "int32", "tc_test_sgemm", ins[0].access_ptr("r"), ins[1].data,
                       outs[0].access_ptr("w"), n, l, m, i64(ins[0].strides[0]),
                       i64(outs[0].strides[0])),
                   name="C", in_buffers=[Ab, tc.tir.decl_buffer(B.shape, B.dtype, name="Bb")],
@@ -316,7 +294,7 @@ def test_extern_gets_the_leading_dimension(gemm_lib: str) -> None:
     np.testing.assert_allclose(c, a @ b, rtol=1e-5)
 
     # the interpreter, with a Python body reading the same leading dimensions
-    @te.register_extern("tc_strided_sgemm")
+    @te.register_extern("tc_test_sgemm")
     def py_gemm(pa: interp.Pointer, pb: interp.Pointer, pc: interp.Pointer, n_: int, l_: int,
                 m_: int, lda: int, ldc: int) -> int:
         for i in range(n_):
@@ -370,11 +348,7 @@ def test_shared_stride_var_and_extent_one_axes() -> None:
 
 
 def test_numpy_openblas_sgemm_on_a_column_slice() -> None:
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs",
-                                  "libscipy_openblas64_*.so"))
-    if not libs:
-        pytest.skip("numpy has no bundled scipy-openblas64")
-    tc.load_extern_library(libs[0])
+    load_numpy_openblas()
     n, l, m = 48, 32, 40
     A = te.placeholder((n, l), name="A")
     B = te.placeholder((l, m), name="B")
