@@ -11,8 +11,8 @@ arithmetic: per root compute stage, its outermost spatial loop runs in parallel 
 iterations are independent), and when it has a reduction, its innermost spatial loop moves
 inside the reduction loops, split by `VECTOR` and vectorized. Every output element still
 accumulates its terms one at a time in the declared order; only *which* elements are in
-flight together changes. Anything the rewrite cannot express (a tuple reduction, a stage with
-one spatial axis) keeps its default loops.
+flight together changes. A tuple reduction or a reduction with one spatial axis keeps its
+loop order (it is only parallelised).
 """
 
 from __future__ import annotations

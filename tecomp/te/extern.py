@@ -141,13 +141,6 @@ def layout_vars(buf: Buffer, shape: Sequence[Expr], what: str,
     return vmap
 
 
-def compact_layout(buf: Buffer, shape: Sequence[Expr], what: str) -> Buffer:
-    """``buf`` as the compact buffer of ``shape`` it must describe (see `layout_vars`); the
-    data Var is kept so code that names ``buf.data`` still finds it."""
-    layout_vars(buf, shape, what)
-    return Buffer(buf.name, tuple(shape), buf.dtype, data=buf.data, align=buf.align)
-
-
 def arg_layout(buf: Buffer, shape: Sequence[Expr], what: str, gpu: bool = False) -> Buffer:
     """The kernel parameter for an argument of ``shape`` bound to ``buf`` (``binds=``).
 
@@ -331,5 +324,5 @@ def bind_extern_body(op: ExternOp, real_inputs: list[Buffer], real_outputs: list
     return _Rebind(bufs, vmap).visit_stmt(op.body)  # type: ignore[no-any-return]
 
 
-__all__ = ["ExternOp", "PY_EXTERNS", "arg_layout", "bind_extern_body", "compact_layout",
+__all__ = ["ExternOp", "PY_EXTERNS", "arg_layout", "bind_extern_body",
            "decl_buffer", "extern", "layout_vars", "register_extern"]
