@@ -101,7 +101,10 @@ def cmd_tune(ns: argparse.Namespace) -> int:
         print(f"{task.name}: interrupted after {res.trials} trials; re-run the same command to "
               f"go on (log: {ns.log})")
         return 130
-    print(f"{task.name}: best {res.best_gflops:.1f} GFLOP/s after {res.trials} trials; log: {ns.log}")
+    # the raw figure (the final re-timing's, when there was one): no speed index applied, so
+    # it is what the kernel ran at, and show-log's normalised "best ms" may differ from it
+    print(f"{task.name}: best {res.best_cost * 1e3:.4g} ms, {res.best_gflops:.1f} GFLOP/s (measured, "
+          f"raw) after {res.trials} trials; log: {ns.log}")
     return 0
 
 
@@ -139,7 +142,7 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
     if not groups:
         print(f"{ns.log}: no records")
         return 0
-    from .records import aggregate, load_model_quality
+    from .records import aggregate, load_model_quality, ranked, side_by_side
     from .speed import SpeedIndex
 
     # candidates measured at different times are compared by their normalised cost
@@ -150,6 +153,7 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
     for q in load_model_quality(ns.log):
         quality.setdefault(q.task_key, []).append((q.pairwise_acc, q.topk_recall))
     labels = _machine_labels(groups)
+    retimed_side_by_side = 0  # tasks whose best won a final side-by-side re-timing
     rows = [("task", "target", "records", "valid", "errors", "best ms", "raw ms", "GFLOP/s", "rank acc",
              "top-k", "measured on")]
     for recs in groups.values():
@@ -161,7 +165,9 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
         for r in recs:
             if not r.valid:
                 errs[r.error.name] = errs.get(r.error.name, 0) + 1
-        top = min(valid, key=lambda r: (index.cost(r), r.timestamp)) if valid else None
+        top = ranked(recs, index)[0] if valid else None
+        if top is not None and (sbs := side_by_side(recs)) and top.key in sbs[0]:
+            retimed_side_by_side += 1
         best = index.cost(top) if top is not None else float("nan")
         task, _ = r0.task_or_why()
         gf = f"{task.flop_ct / best / 1e9:.1f}" if task is not None and valid else "-"
@@ -179,7 +185,11 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
             print("  ".join("-" * w for w in widths))
     if index.baselines:
         print("\nbest ms: normalised by the machine-speed index (raw mean x the log's median reference "
-              "time / the one timed with it); raw ms: the same candidate's measured mean")
+              "time / the one timed with it); raw ms: the same candidate's measured mean; GFLOP/s: "
+              "from best ms")
+    if retimed_side_by_side:
+        print("best: the winner of the final re-timing, where the best few were timed side by side "
+              "and ranked by raw ms (no index between them)")
     _print_machines(groups, labels, index)
     _print_errors(groups)
     if ns.retime:

@@ -153,6 +153,10 @@ class MeasureResult(Timed):
     # max / min of the reference's repeats: above `tuning.speed.UNSTEADY` the index is kept
     # but not used (the machine's speed moved while it was timed)
     ref_spread: float | None = None
+    # the side-by-side round of a final re-timing (`tuning.remeasure`, "SESSION/N"): results of
+    # one round were timed one after another in one batch, so their raw costs compare without
+    # the index; "" for every other measurement
+    round: str = ""
 
 
 def valid_refs(out: Any) -> dict[str, tuple[float, float]]:

@@ -23,17 +23,20 @@ Schema versions: 2 (this one) adds the machine lines and drops version 1's ``"ho
 Version-1 logs still load, resume and warm-start; their records' machine is
 `Machine.legacy` of that CPU name. A record may carry ``"ref_s"``, the machine-speed index
 timed with it (`tuning.speed`), ``"ref_kind"``, which reference kernel that was, and
-``"ref_spread"``, how far its repeats were apart (an unsteady index is kept, not used):
-optional fields within schema 2 (readers ignore fields they do not know), absent from older
-records, whose index is then unknown.
+``"ref_spread"``, how far its repeats were apart (an unsteady index is kept, not used), and
+``"round"``, the side-by-side round of the final re-timing it was taken in: optional fields
+within schema 2 (readers ignore fields they do not know), absent from older records, whose
+index is then unknown.
 
 Which cost is used where: a record's ``costs`` are always the raw seconds measured.
-Candidates measured at different times are compared by their *normalised* cost
+The candidates of a run's final re-timing (`tuning.remeasure`) were timed side by side in the
+same rounds and are ranked by those raw costs (`side_by_side`); every other comparison of
+candidates measured at different times uses their *normalised* cost
 (`tuning.speed.SpeedIndex`: mean x the log's median reference time of that machine and kind /
-the record's ``ref_s``; the raw mean for a record without an index): `best_record`,
-`apply_best`, ``tecomp show-log``'s best and ``export`` choose by it. A candidate timed more
-than once is judged on its re-timings, without the earliest timing that selected it
-(`aggregate`).
+the record's ``ref_s``; the raw mean for a record without an index). `ranked` combines the
+two; `best_record`, `apply_best`, ``tecomp show-log``'s best and ``export`` choose by it. A
+candidate timed more than once is judged on its re-timings, without the earliest timing that
+selected it (`aggregate`).
 
 >>> rec = best_record("matmul.jsonl", task)       # doctest: +SKIP
 >>> s, args = task.apply_steps(rec.steps)          # doctest: +SKIP
@@ -45,9 +48,10 @@ import dataclasses
 import json
 import math
 import os
+import re
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -60,6 +64,8 @@ from .task import SearchTask, TuningError
 SCHEMA_VERSION = 2
 # the versions this tecomp reads (see the module docstring for what changed)
 READ_VERSIONS = (1, 2)
+# a side-by-side round id (`side_by_side`): the re-timing session, "/", the round number
+_ROUND = re.compile(r"[0-9A-Za-z._-]+/[0-9]+")
 MODEL_QUALITY = "model_quality"
 TASK = "task"
 MACHINE = "machine"
@@ -103,6 +109,7 @@ class Record(Timed):
     ref_s: float | None = None
     ref_kind: str = ""  # which reference kernel: "parallel" or "serial" ("" without ref_s)
     ref_spread: float | None = None  # max / min of its repeats (`tuning.speed.UNSTEADY`)
+    round: str = ""  # the side-by-side re-timing round it was timed in (`side_by_side`), if any
 
     @property
     def key(self) -> str:
@@ -137,7 +144,7 @@ class Record(Timed):
     def result(self) -> MeasureResult:
         return MeasureResult(self.costs, self.error, self.error_msg, self.build_s, self.run_s,
                              self.timestamp, timing=self.timing, machine=self.machine, ref_s=self.ref_s,
-                             ref_kind=self.ref_kind, ref_spread=self.ref_spread)
+                             ref_kind=self.ref_kind, ref_spread=self.ref_spread, round=self.round)
 
 
 def _tuplify(v: Any) -> Any:
@@ -167,6 +174,8 @@ def record_to_json(inp: MeasureInput, res: MeasureResult) -> dict[str, Any]:
         # the machine-speed index (`tuning.speed`), when the runner timed one
         **({"ref_s": res.ref_s, "ref_kind": res.ref_kind or PARALLEL} if res.ref_s is not None else {}),
         **({"ref_spread": round(res.ref_spread, 4)} if res.ref_s is not None and res.ref_spread is not None else {}),
+        # a final re-timing's side-by-side round (`side_by_side`)
+        **({"round": res.round} if res.round else {}),
         # only where the costs are not a real measurement: a reader must not take them for one
         **({"timing": res.timing} if res.timing else {}),
     }
@@ -216,8 +225,17 @@ def record_from_json(d: dict[str, Any], task_line: dict[str, Any] | None = None,
         sketch=d.get("sketch"), params=params, build_s=d.get("build_s", 0.0),
         run_s=d.get("run_s", 0.0), timestamp=d.get("time", 0.0),
         tecomp_version=d.get("tecomp", ""), timing=d.get("timing", ""), extra={"name": d.get("name", "")},
-        task_line=task_line, machine=machine, **(_speed_index(d) if d["v"] >= 2 else {}),
+        task_line=task_line, machine=machine, round=_round(d),
+        **(_speed_index(d) if d["v"] >= 2 else {}),
     )
+
+
+def _round(d: dict[str, Any]) -> str:
+    """A record line's side-by-side round ("SESSION/N"; "" for none)."""
+    v = d.get("round", "")
+    if not isinstance(v, str) or (v and not _ROUND.fullmatch(v)):
+        raise ValueError(f"a record's round is 'SESSION/N', got {v!r}")
+    return v
 
 
 def _speed_index(d: dict[str, Any]) -> dict[str, Any]:
@@ -428,9 +446,10 @@ def load_records(path: str, task: SearchTask | None = None) -> list[Record]:
 
 
 def best_record(path: str, task: SearchTask) -> Record:
-    """The valid candidate of ``task`` in ``path`` with the lowest normalised cost
-    (`tuning.speed.SpeedIndex` of the whole log: raw costs for records without an index),
-    each candidate judged on its timings but the one that selected it (`aggregate`)."""
+    """The best valid candidate of ``task`` in ``path`` (`ranked`): the winner of the latest
+    side-by-side re-timing, else the lowest normalised cost (`tuning.speed.SpeedIndex` of the
+    whole log: raw costs for records without an index), each candidate judged on its timings
+    but the one that selected it (`aggregate`)."""
     if not os.path.exists(path):
         raise NoValidRecordError(f"tuning log {path!r} does not exist; run tuning.tune([task], "
                                  f"log={path!r}) first")
@@ -444,8 +463,69 @@ def best_record(path: str, task: SearchTask) -> Record:
         raise NoValidRecordError(
             f"no valid record for {task.name} (key {task.workload_key}, target {task.target}) "
             f"in {path!r}: {detail}")
-    index = SpeedIndex.from_records(every)
-    return min(aggregate(valid, index), key=lambda r: (index.cost(r), r.timestamp))
+    return ranked(valid, SpeedIndex.from_records(every))[0]
+
+
+def rank_rounds(rounds: Sequence[Mapping[str, float]]) -> list[str]:
+    """The candidates of the last round of a side-by-side re-timing, fastest first.
+
+    ``rounds``: per round, in the order taken, each valid candidate's raw mean (steps key ->
+    seconds per call). The candidates are those of the last round with a valid timing, ranked
+    by the geometric mean of their raw costs over the rounds in which every one of them was
+    timed validly -- the same moments of the machine for all, so no speed index comes between
+    them (an index of a 0.1 ms reference does not follow the drift of a 5 ms kernel: one
+    credited with its batch's slow reference once won the export by 1.3x over a kernel it
+    ran slower than)."""
+    last = next((r for r in reversed(rounds) if r), None)
+    if last is None:
+        return []
+    final = set(last)
+    shared = [r for r in rounds if final <= r.keys()]  # holds ``last`` at least
+    return sorted(final, key=lambda k: (sum(math.log(r[k]) for r in shared) / len(shared), k))
+
+
+def side_by_side(records: Sequence[Record]) -> tuple[list[str], float] | None:
+    """The ranking (`rank_rounds`) of the latest side-by-side re-timing among one task's
+    ``records`` -- `tuning.remeasure` tags its rounds ``"SESSION/N"`` -- and the time its
+    last timing was taken; None when the records hold none."""
+    sessions: dict[str, dict[int, list[Record]]] = {}
+    for r in records:
+        if r.round:
+            sess, n = r.round.rsplit("/", 1)
+            sessions.setdefault(sess, {}).setdefault(int(n), []).append(r)
+    if not sessions:
+        return None
+    last = max(sessions.values(), key=lambda s: max(r.timestamp for rs in s.values() for r in rs))
+    rounds = [{r.key: r.mean for r in last[n] if r.valid} for n in sorted(last)]
+    return rank_rounds(rounds), max(r.timestamp for rs in last.values() for r in rs)
+
+
+def ranked(records: Sequence[Record], index: SpeedIndex | None = None) -> list[Record]:
+    """One task's candidates (`aggregate`d), best first: how `best_record`, ``show-log`` and
+    ``--retime`` order them.
+
+    The candidates of the latest side-by-side re-timing come in its order (`side_by_side`:
+    raw costs taken in the same rounds); every other candidate is placed by its normalised
+    cost (`tuning.speed.SpeedIndex`), after them -- that re-timing chose them from the rest --
+    except one first measured after it (a run that stopped before its own re-timing), which
+    goes first if its normalised cost beats the re-timing's winner's. Without a re-timing,
+    all are ranked by normalised cost."""
+    index = index or SpeedIndex.from_records(records)
+    agg = sorted(aggregate(records, index), key=lambda r: (index.cost(r), r.timestamp))
+    sbs = side_by_side(records)
+    by_key = {a.key: a for a in agg}
+    final = [by_key[k] for k in (sbs[0] if sbs else []) if k in by_key]
+    if not final or sbs is None:
+        return agg
+    first: dict[str, float] = {}
+    for r in records:
+        if r.valid:
+            first[r.key] = min(first.get(r.key, math.inf), r.timestamp)
+    keys = {a.key for a in final}
+    head = [a for a in agg if a.key not in keys and first[a.key] > sbs[1]
+            and index.cost(a) < index.cost(final[0])]
+    done = keys | {a.key for a in head}
+    return head + final + [a for a in agg if a.key not in done]
 
 
 def aggregate(records: Sequence[Record], index: SpeedIndex | None = None) -> list[Record]:
@@ -549,6 +629,7 @@ def apply_best(log: str, task: SearchTask | str | None = None) -> tuple[Any, lis
 __all__ = ["MACHINE", "MODEL_QUALITY", "READ_VERSIONS", "TASK", "ModelQuality", "NoValidRecordError", "Record",
            "RecordWriter",
            "SCHEMA_VERSION", "aggregate", "apply_best", "best_record", "iter_records", "load_model_quality",
-           "load_records", "load_tasks", "machine_to_json", "record_from_json", "record_to_json", "selection_split",
+           "load_records", "load_tasks", "machine_to_json", "rank_rounds", "ranked", "record_from_json", "record_to_json",
+           "selection_split", "side_by_side",
            "summarize",
            "task_to_json"]

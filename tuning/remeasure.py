@@ -1,21 +1,31 @@
-"""The re-measurement that ends a tuning run: the best candidates timed again, so that the
-reported best is an honest estimate and not the luckiest of many noisy timings.
+"""The re-measurement that ends a tuning run: the best candidates timed again, side by side,
+so that the reported best is an honest estimate and the exported kernel the fastest of them.
 
-Why. The tuner keeps the fastest of hundreds of candidates, each timed once with some noise;
-the one that comes out first is, among the good ones, the one timed luckiest. Re-timing it
-and averaging *all* its timings kept about half that luck (the selection timing is one of
-two), and picking the best of the re-timed few selects once more. So a candidate timed more
-than once is judged on its re-timings only (`tuning.search.estimate`, and
-`tuning.records.aggregate` for a log: the earliest valid timing is left out, kept in the
-log), and the re-measurement goes on until every one of the top ``k`` by that estimate --
-the winner among them -- rests on `RETIMINGS` re-timings, each taken in a round of its own
-(its own reference timing), after it was selected. A candidate timed once that overtakes the
-re-timed ones (their luck gone) is re-timed in the next round; the rounds are bounded
-(`ROUNDS`, the last ones for the winner alone).
+Why re-time. The tuner keeps the fastest of hundreds of candidates, each timed once with some
+noise; the one that comes out first is, among the good ones, the one timed luckiest.
+Re-timing it and averaging *all* its timings kept about half that luck (the selection timing
+is one of two), so a candidate timed more than once is judged on its re-timings only
+(`tuning.search.estimate`, and `tuning.records.aggregate` for a log: the earliest valid
+timing is left out, kept in the log).
+
+Why side by side. Candidates timed at different moments are compared through the machine-speed
+index (`tuning.speed`), a 0.1 ms reference kernel timed with each batch; it does not follow
+every drift of a kernel fifty times longer. In one quick-start run the exported GEMM had been
+credited with its batches' 1.44x slower reference, a slowdown the 5 ms kernel did not suffer,
+and it ran 1.3x slower than the candidate ranked second. So each round times *all* of the
+current top ``k`` (by their estimates) in one batch, one after another, tagged with the
+round (``MeasureResult.round``, "SESSION/N", written to the log); the rounds go on until the
+same candidates lead after `RETIMINGS` rounds they shared (a candidate timed once that
+overtakes the re-timed ones, their luck gone, joins the next round), `ROUNDS` at most, the
+last `RETIMINGS` of them for the candidates of the round before, whoever leads. The
+final order is by the raw costs of the rounds all of the last round's candidates shared
+(`tuning.records.rank_rounds`), which no index touches; `tuning.records.best_record` reads
+the same order back from the log.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import TYPE_CHECKING
@@ -23,16 +33,16 @@ from typing import TYPE_CHECKING
 from .measure import MeasureInput, MeasureResult
 
 if TYPE_CHECKING:
+    from .space import Candidate
     from .tune import _TaskRun, _Tuner
 
-RETIMINGS = 2  # re-timings the top candidates' estimates rest on
-ROUNDS = 6  # at most, per task; the last `WINNER_ROUNDS` re-time the winner alone
-WINNER_ROUNDS = 2
+RETIMINGS = 2  # shared rounds the final order rests on
+ROUNDS = 5  # at most, per task; the last RETIMINGS admit no newcomer
 
 
 def remeasure(tuner: _Tuner, k: int) -> None:
-    """Re-time the best ``k`` candidates of every task of ``tuner`` that measured something
-    (module docstring); the tasks' ``best_cost`` follows the new estimates."""
+    """Re-time the best ``k`` candidates of every task of ``tuner`` that measured something,
+    side by side (module docstring); the tasks' ``best_cost`` follows the new estimates."""
     if k <= 0:
         return
     for run in tuner.runs:
@@ -43,30 +53,49 @@ def remeasure(tuner: _Tuner, k: int) -> None:
 def _remeasure_run(tuner: _Tuner, run: _TaskRun, k: int) -> None:
     out = run.result
     t_start = time.perf_counter()
+    # names this re-timing's rounds in the log (the latest session of a task is the one read)
+    session = f"{time.time_ns() // 1000:x}"
+    tags: dict[str, str] = {}  # key -> its round's tag, while the round is measured
 
     def log_only(inp: MeasureInput, res: MeasureResult) -> None:
         with tuner._lock:
             if tuner.writer is not None and not tuner.stopping:
-                tuner.writer.write(inp, res)
+                tuner.writer.write(inp, dataclasses.replace(res, round=tags.get(inp.key, "")))
+
+    last: list[Candidate] = []  # those timed in the last round
+
+    def shared(keys: set[str]) -> int:  # rounds in which all of ``keys`` were timed validly
+        return sum(keys <= r.keys() for r in run.rounds)
 
     for rnd in range(ROUNDS):
-        top = run.search.best(k if rnd < ROUNDS - WINNER_ROUNDS else 1)
-        # timings() counts the selection timing too
-        todo = [c for c in top if run.search.timings(c.key) - 1 < RETIMINGS]
-        if not todo:
+        top = run.search.best(k)
+        keys = {c.key for c in top}
+        if not top or (keys == {c.key for c in last} and shared(keys) >= RETIMINGS):
             break
-        ins = [MeasureInput.of(run.task, c) for c in todo]
+        if rnd >= ROUNDS - RETIMINGS and last:
+            # no rounds left to admit a newcomer and still time it RETIMINGS times beside
+            # the others: settle the last round's candidates (those that did not fail)
+            top = [c for c in last if c.key in run.rounds[-1]]
+            if not top or shared({c.key for c in top}) >= RETIMINGS:
+                break
+        tags.clear()
+        tags.update((c.key, f"{session}/{rnd}") for c in top)
+        ins = [MeasureInput.of(run.task, c) for c in top]
         res, tb, tr = tuner._measure(ins, log_only)
         out.build_s += tb
         out.run_s += tr
-        for c, r in zip(todo, res):
+        times: dict[str, float] = {}
+        for c, r in zip(top, res):
             if r.valid:
                 run.raw.setdefault(c.key, []).append(r.costs)
+                times[c.key] = r.mean
             with tuner._lock:
                 cost = tuner._norm(r).mean if r.valid else math.inf
             run.search.add_timing(c.key, cost, c)
+        run.rounds.append(times)
+        last = top
     out.best_cost = run.search.best_cost()
     out.wall_s += time.perf_counter() - t_start
 
 
-__all__ = ["RETIMINGS", "ROUNDS", "WINNER_ROUNDS", "remeasure"]
+__all__ = ["RETIMINGS", "ROUNDS", "remeasure"]

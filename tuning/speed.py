@@ -331,7 +331,7 @@ def retime(log: str, n: int, rounds: int = 7, opts: RunOptions | None = None,
 
     from .machine import local_machine
     from .measure import MeasureErrorNo, RunOptions, _build_job, _Died, _Failure, _Worker
-    from .records import aggregate, iter_records
+    from .records import iter_records, ranked
     from .task import TuningError
 
     if n < 1 or rounds < 1:
@@ -345,7 +345,7 @@ def retime(log: str, n: int, rounds: int = 7, opts: RunOptions | None = None,
         by_task.setdefault(r.task_key, []).append(r)
     out: list[tuple[SearchTask, list[Retimed]]] = []
     for recs in by_task.values():
-        best = sorted(aggregate(recs, index), key=index.cost)[:n]
+        best = ranked(recs, index)[:n]  # in the order export picks from
         if not best:
             continue
         task, why = best[0].task_or_why()

@@ -25,9 +25,10 @@ Costs are compared through the machine-speed index (`tuning.speed`): every resul
 search, the cost model, the scheduler and ``remeasure`` see is normalised by the reference
 time measured with it (to the machine's baseline: the median of the log's reference times
 when the run resumes, else the first one the run sees); the log keeps the raw costs with the
-index beside them. The returned `TuneResult.best_cost` is the raw mean of the candidate
-that ranks first by normalised cost, as `tuning.records.best_record` finds it in the log
-(a re-measured candidate's mean without the timing that selected it: `tuning.remeasure`).
+index beside them. The final re-timing (`tuning.remeasure`) times the best few side by side
+in the same rounds, and ranks them by those raw costs, which need no index. The returned
+`TuneResult.best_cost` is the raw mean of its winner (its re-timings, without the timing that
+selected it), as `tuning.records.best_record` finds it in the log.
 
 Measurement goes through the `tuning.protocols.Builder`/`Runner` interfaces (any
 implementation; `LocalBuilder`/`LocalRunner` by default). A runner that is ``exclusive``
@@ -66,7 +67,7 @@ from .cost_model import CostModel, RandomModel, RankingQuality, XGBModel, rankin
 from .features import FeatureCache
 from .measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult, WorkerPool
 from .protocols import Builder, ResultCallback, Runner, check_builder, check_runner
-from .records import Record, RecordWriter, aggregate, load_records
+from .records import Record, RecordWriter, load_records, rank_rounds, ranked
 from .remeasure import remeasure as remeasure_best
 from .scheduler import GradientTaskScheduler, check_weights
 from .search import EvolutionarySearch, RandomSearch, SearchOptions
@@ -111,11 +112,12 @@ class TuneResult:
     task: SearchTask
     trials: int = 0  # distinct candidates measured, log included
     new_trials: int = 0  # measured by this call
-    # seconds per call of the best candidate, chosen by normalised cost (`tuning.speed`): while
-    # tuning, that normalised cost (what the scheduler weighs); when `tune` returns, the raw
-    # mean of its timings (re-timings only, if it was re-measured: `tuning.records.aggregate`)
-    # -- the candidate and the figure `tuning.records.best_record` gives for the log -- with
-    # its normalised cost in ``best_normalised_cost``
+    # seconds per call of the best candidate: while tuning, the lowest normalised cost
+    # (`tuning.speed`; what the scheduler weighs); when `tune` returns, the raw mean of the
+    # timings of the final re-timing's winner (re-timings only: `tuning.records.aggregate`;
+    # the side-by-side ranking: `tuning.records.ranked`) -- the candidate and the figure
+    # `tuning.records.best_record` gives for the log -- with its normalised cost in
+    # ``best_normalised_cost``
     best_cost: float = math.inf
     best_normalised_cost: float = math.inf
     errors: dict[str, int] = field(default_factory=dict)
@@ -224,11 +226,12 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     (``weights``: one float >= 0 per task, default 1.0). ``warm_start``: logs of earlier runs
     (any tasks) that pre-train the cost model; they are read, never written, and their
     records are not trials of this run. ``remeasure``: when the budget is spent, the best
-    ``remeasure`` candidates of each task are timed again, in rounds, until each rests on two
-    re-timings (logged like any measurement, not counted as trials; a candidate timed once
-    that overtakes them is re-timed too, within a few rounds: `tuning.remeasure`), and a
-    re-timed candidate's cost is the mean of its re-timings, without the timing that selected
-    it -- the fastest of hundreds of noisy timings is the luckiest. Returns one `TuneResult`
+    ``remeasure`` candidates of each task are timed again side by side, all of them in each
+    round, until the same ones lead after two shared rounds (logged like any measurement,
+    not counted as trials; a candidate timed once that overtakes them joins the next round,
+    within a few rounds: `tuning.remeasure`); the winner is the fastest over the shared rounds
+    by raw cost, and a re-timed candidate's cost is the mean of its re-timings, without the
+    timing that selected it -- the fastest of hundreds of noisy timings is the luckiest. Returns one `TuneResult`
     per task, in order.
 
     When a task's first two batches (8 candidates at least) all fail with the same error and
@@ -348,6 +351,9 @@ class _TaskRun:
         self.failures: list[MeasureResult] = []
         # steps key -> the raw costs of each valid timing, in order (without a log to read)
         self.raw: dict[str, list[tuple[float, ...]]] = {}
+        # the final re-timing's rounds: per round, each valid candidate's raw mean
+        # (`tuning.records.rank_rounds`; without a log to read)
+        self.rounds: list[dict[str, float]] = []
 
     def candidate(self, rec: Record) -> Candidate | None:
         """The search's candidate for a logged record, when the space can re-create it."""
@@ -727,21 +733,24 @@ class _Tuner:
         self._final_best()
 
     def _final_best(self) -> None:
-        """Each result's best: the candidate first by normalised cost and its raw mean, as
-        `best_record` picks it from the log (the log's baselines), or without a log as the
-        search ranks it (the run's baselines); either way a candidate timed more than once
-        is judged without the timing that selected it (`tuning.records.aggregate`)."""
+        """Each result's best and its raw mean: the winner of the final side-by-side
+        re-timing (`tuning.remeasure`), or without one the lowest normalised cost -- as
+        `best_record` picks it from the log (`tuning.records.ranked`), or without a log from
+        the run's rounds and search; either way a candidate timed more than once is judged
+        without the timing that selected it (`tuning.records.aggregate`)."""
         every = load_records(self.log) if self.log else []
         index = SpeedIndex.from_records(every)
         for run in self.runs:
             out = run.result
             mine = [r for r in every if r.task_key == run.task.workload_key and r.valid]
             if mine:
-                best = min(aggregate(mine, index), key=lambda r: (index.cost(r), r.timestamp))
+                best = ranked(mine, index)[0]
                 out.best_cost, out.best_normalised_cost = best.mean, index.cost(best)
             elif not self.log and any(run.raw.values()):
                 measured = run.search.measured
-                key = min((k for k, v in run.raw.items() if v), key=lambda k: measured.get(k, math.inf))
+                final = rank_rounds(run.rounds)
+                key = final[0] if final else min((k for k, v in run.raw.items() if v),
+                                                 key=lambda k: measured.get(k, math.inf))
                 out.best_normalised_cost = measured.get(key, math.inf)
                 timings = run.raw[key]
                 out.best_cost = float(np.mean([c for t in (timings[1:] or timings) for c in t]))

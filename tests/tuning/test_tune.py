@@ -23,7 +23,7 @@ import tecomp as tc
 import tuning
 from tuning.measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult
 from tuning.records import load_records
-from tuning.remeasure import ROUNDS, WINNER_ROUNDS
+from tuning.remeasure import ROUNDS
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -124,8 +124,8 @@ def test_interrupt_and_kill_then_resume_lose_nothing(tmp_path: Path,
     final = [r.key for r in load_records(str(log))]
     assert res.new_trials == 3 and res.trials == total
     # nothing measured twice, but for the best few timed again at the end (remeasure: the
-    # top 4 twice each, and those that overtake them, within tuning.remeasure.ROUNDS rounds)
-    assert set(second) <= set(final) and len(set(final)) == total and len(final) <= total + 18
+    # top 4 side by side, in each of at most tuning.remeasure.ROUNDS rounds)
+    assert set(second) <= set(final) and len(set(final)) == total and len(final) <= total + 4 * ROUNDS
 
 
 class _SlowSpell(LocalRunner):
@@ -157,7 +157,7 @@ class _SlowSpell(LocalRunner):
 def test_remeasure_retimes_a_candidate_that_overtakes_the_retimed_best(
         tmp_path: Path, pools: tuple[LocalBuilder, LocalRunner]) -> None:
     # the four best come back much slower: a candidate timed once now leads, and must be
-    # timed again -- twice -- before it is called the best
+    # timed again -- in two rounds beside the others of the top 4 -- before it is called the best
     builder, _ = pools
     runner = _SlowSpell(4)
     task = tuning.SearchTask(wl.matmul, (64, 64, 64))
@@ -168,13 +168,13 @@ def test_remeasure_retimes_a_candidate_that_overtakes_the_retimed_best(
                           progress=False, remeasure=4)[0]
     finally:
         runner.close()
-    assert len(runner.retimed) > 4 and len(runner.retimed) <= 18
-    assert all(runner.retimed.count(k) <= 2 for k in runner.retimed)
+    assert len(runner.retimed) > 4 and len(runner.retimed) <= 4 * ROUNDS
     rec = tuning.records.best_record(log, task)
-    assert rec.key in runner.retimed[4:] and runner.retimed.count(rec.key) == 2
-    # its selection timing and two re-timings logged; its cost is the mean of the re-timings
+    assert rec.key in runner.retimed[4:] and runner.retimed.count(rec.key) >= 2
+    # its selection timing and its re-timings logged; its cost is the mean of the re-timings
     mine = sorted((r for r in load_records(log, task) if r.key == rec.key), key=lambda r: r.timestamp)
-    assert len(mine) == 3 and rec.costs == mine[1].costs + mine[2].costs
+    assert len(mine) == 1 + runner.retimed.count(rec.key)
+    assert rec.costs == tuple(c for r in mine[1:] for c in r.costs)
     assert res.best_cost == pytest.approx(rec.mean, rel=1e-9)
 
 
@@ -225,9 +225,9 @@ def test_two_tasks_share_a_budget_and_resume(tmp_path: Path,
         warnings.simplefilter("error")
         recs = load_records(log)
         quality = load_model_quality(log)
-    # 16 candidates; each call that measured something re-timed the 4 best per task, in at
-    # most ROUNDS rounds (the last WINNER_ROUNDS for the winner alone: noise decides how many)
-    per_call = (ROUNDS - WINNER_ROUNDS) * 4 + WINNER_ROUNDS
+    # 16 candidates; each call that measured something re-timed the 4 best per task side by
+    # side, all 4 in each of at most ROUNDS rounds (noise decides how many)
+    per_call = ROUNDS * 4
     assert len({(r.task_key, r.key) for r in recs}) == 16 and len(recs) <= 16 + 2 * 2 * per_call
     for r in second:
         assert len({rec.key for rec in load_records(log, r.task)}) == r.trials
