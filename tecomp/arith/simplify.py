@@ -555,6 +555,32 @@ def _gcd(s: Simplifier, e: FloorDiv | FloorMod) -> Expr | None:
     return Mul(FloorMod(y, IntImm(c // g, e.dtype)), IntImm(g, e.dtype))
 
 
+def _div_low(s: Simplifier, e: FloorDiv) -> Expr | None:
+    """(a*y + z) // c -> y // (c/a) for a dividing c and 0 <= z < a: the low part z never
+    carries into a multiple of a, so it never reaches c. Tried with the fewest large terms
+    first (the largest a), so ``(ko*8 + ki*2) // 64`` with ``ki`` in [0, 4) is ``ko // 8``.
+    It is what makes every lane of ``ramp(k*v, 1, v) // g`` one quotient when ``v`` divides
+    ``g`` (a vector narrower than a convolution's group: `_ramp_divmod` compares the first
+    and last lanes)."""
+    c = _pos(e.b)
+    if c is None or c == 1 or not _sint(e) or e.a.dtype != e.dtype:
+        return None
+    terms, k = s.linear(e.a)
+    ordered = sorted(terms.items(), key=lambda kv: -abs(kv[1][1]))
+    for p in range(1, len(ordered) + 1):
+        big, small = ordered[:p], dict(ordered[p:])
+        a = gcd(c, *(v for _, (_, v) in big))
+        if a <= 1:
+            break  # more terms only shrink the gcd
+        if not small and k % a == 0:
+            break  # nothing low: `_gcd`'s case
+        lo, hi = s.lin_bounds(small, k % a, e.dtype) if small else (k % a, k % a)
+        if lo != -INF and hi != INF and 0 <= lo and hi < a:  # type: ignore[operator]
+            y = s.rebuild([(t, v // a) for _, (t, v) in big], k // a, e.dtype)
+            return FloorDiv(y, IntImm(c // a, e.dtype))
+    return None
+
+
 def _tdiv_range(s: Simplifier, e: Div) -> Expr | None:
     c = _iv(e.b)
     if c is None or c == 0 or not _sint(e):
@@ -719,6 +745,7 @@ RULES: tuple[Rule, ...] = (
     Rule(FloorDiv, "(y*c + z) // c -> y + z // c", _split),
     Rule(FloorMod, "(y*c + z) % c -> z % c", _split),
     Rule(FloorDiv, "(g*y) // (g*c) -> y // c", _gcd),
+    Rule(FloorDiv, "(a*y + z) // c -> y // (c/a)  if a divides c and 0 <= z < a", _div_low),
     Rule(FloorMod, "(g*y) % (g*c) -> (y % c) * g", _gcd),
     Rule(Div, "x / c -> 0  (truncating) if |x| < |c|", _tdiv_range),
     Rule(BinaryOp, "e -> c  if the bounds of the integer e are [c, c]  (0 // j -> 0 for j >= 1)", _point),

@@ -241,6 +241,10 @@ CASES: list[tuple[Expr, dict, Expr]] = [
     ((x * 6 + 4) // 4, {}, (x * 3) // 2 + 1),
     ((x * 6 + 4) % 4, {}, ((x * 3) % 2) * 2),
     ((x + 64) // 32, {}, x // 32 + 2),
+    ((x * 8 + y) // 64, {y: (0, 8)}, x // 8),
+    ((x * 8 + y * 2 + 1) // 64, {y: (0, 3)}, x // 8),
+    ((x * 6 + y) // 4, {y: (0, 2)}, (x * 3) // 2),
+    ((x * 8 + y) // 64, {y: (0, 9)}, (x * 8 + y) // 64),
     ((x + 70) % 32, {}, (x + 6) % 32),
     (Div(x, I(8)), {x: (-7, 15)}, I(0)),
     # min / max
@@ -301,6 +305,8 @@ VECTOR_CASES: list[tuple[Expr, Expr]] = [
     (bc(y) - Ramp(x, I(1), V), Ramp(y - x, I(-1), V)),
     (Ramp(x, I(1), V) * bc(I(4)), Ramp(x * 4, I(4), V)),
     (Ramp(x * 8, I(1), V) // bc(I(8)), bc(x)),
+    # a vector narrower than the divisor that divides it: one quotient for every lane
+    (Ramp(x * 4, I(1), V) // bc(I(64)), bc(x // 16)),
     (Ramp(x * 8, I(1), V) % bc(I(8)), Ramp(I(0), I(1), V)),
     (Add(Ramp(x, I(1), V), bc(I(0))), Ramp(x, I(1), V)),
 ]
