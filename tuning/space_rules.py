@@ -193,10 +193,11 @@ class Relayout:
     ``group``: a grouped convolution (``data[b, f // group * cig + rc, ...]``, ``group`` output
     channels per group): the other inputs read the output-channel axis only through
     ``f // group``, so a vector of output channels within one group reads one broadcast input
-    element. The vector is the whole group (`vector_max`, `draw_register_tile`,
-    `space_grouped.layout_tile`): the simplifier proves ``(k * g + i) // g == k`` for the lanes
-    ``i < g``, but not that a narrower vector ``(k * v + i) // g`` stays in one group, and
-    the vectorizer would then gather."""
+    element. Up to `LAYOUT_VECTOR_MAX` channels per group the vector is the whole group; a
+    wider group (a multiple of 8) is cut into whole 8-lane vectors that divide it
+    (`vector_max`, `draw_register_tile`, `space_grouped.layout_tile`): the simplifier proves
+    that every lane of ``ramp(k * v, 1, v) // g`` has one quotient, ``k // (g / v)``, when
+    ``v`` divides ``g``, and the input element is one broadcast per vector."""
 
     weight: str
     weight_order: tuple[int, ...]
@@ -209,8 +210,19 @@ MIN_GROUP = 4  # fewer output channels per group: no vector of them is worth the
 
 def vector_max(rel: Relayout | None) -> int:
     """The widest output-channel tile of a relayout accumulator (the vector loop): a group's
-    channels in a grouped convolution."""
-    return LAYOUT_VECTOR_MAX if rel is None or rel.group is None else rel.group
+    channels in a grouped convolution, or for a group wider than `LAYOUT_VECTOR_MAX` the
+    widest whole 8-lane vectors that divide it (`group_vectors`)."""
+    if rel is None or rel.group is None:
+        return LAYOUT_VECTOR_MAX
+    return max(group_vectors(rel.group))
+
+
+def group_vectors(group: int) -> tuple[int, ...]:
+    """The output-channel vector widths a grouped relayout may use: the group itself up to
+    `LAYOUT_VECTOR_MAX` channels, else the multiples of 8 within it that divide it."""
+    if group <= LAYOUT_VECTOR_MAX:
+        return (group,)
+    return tuple(v for v in range(8, LAYOUT_VECTOR_MAX + 1, 8) if group % v == 0)
 
 
 def _group_reads(ld: ProducerLoad, f: Var) -> set[int] | None:
@@ -243,7 +255,8 @@ def relayout_rule(op: ComputeOp) -> Relayout | None:
     window ``x * stride + rx``). GEMM-like ops (``B[r, j]``: the innermost axis is a bare,
     contiguous index) keep their plain layout and do not get the rewrite. The other inputs may
     read ``f`` as ``f // c`` (a grouped convolution, `Relayout.group`): ``c`` a multiple of 4
-    from `MIN_GROUP` to `LAYOUT_VECTOR_MAX` (one vector of whole lanes per group)."""
+    from `MIN_GROUP` to `LAYOUT_VECTOR_MAX` (one vector of whole lanes per group), or a wider
+    multiple of 8 (whole 8-lane vectors within one group)."""
     spatial = [a.var for a in op.axis]
     if len(spatial) < 2 or not op.reduce_axis or op.num_outputs != 1:
         return None
@@ -256,7 +269,7 @@ def relayout_rule(op: ComputeOp) -> Relayout | None:
         grouped = [g for ld in users if (g := _group_reads(ld, f)) is not None]
         users = [ld for ld in users if _group_reads(ld, f) is None]
         group = set().union(*grouped)
-        if len(group) > 1 or any(c < MIN_GROUP or c > LAYOUT_VECTOR_MAX or c % 4 for c in group):
+        if len(group) > 1 or any(c < MIN_GROUP or c % 4 or (c > LAYOUT_VECTOR_MAX and c % 8) for c in group):
             continue
         names = {ld.producer.op.name for ld in users}
         if len(names) != 1 or op.name in names:
@@ -305,10 +318,10 @@ def draw_register_tile(ef: int, ex: int, ey: int | None, rng: np.random.Generato
     with `REGISTER_ACC_MODE` the likeliest. Rows (``ey``; None without a row axis) widen the
     choice where the width has few divisors (14 = 2 x 7). ``group`` (`Relayout.group`): the
     channel tile is the group (ResNeXt-50 32x4d: 4 to 32 channels; 4 lanes are one xmm
-    accumulator). None when no tile fits."""
+    accumulator), or one of `group_vectors` for a wider group. None when no tile fits."""
     mode: list[tuple[int, int, int]] = []
     tail: list[tuple[int, int, int]] = []
-    for fv in range(8, LAYOUT_VECTOR_MAX + 1, 8) if group is None else (group,):
+    for fv in range(8, LAYOUT_VECTOR_MAX + 1, 8) if group is None else group_vectors(group):
         if ef % fv:
             continue
         for xv in divisors(ex):
@@ -344,3 +357,86 @@ def draw_reduce_order(extents: Sequence[int], rng: np.random.Generator) -> list[
         return [(1,)] + [(e,) for e in extents[1:]]
     opts = [d for d in divisors(extents[0]) if 2 <= d <= 16] or [1]
     return [(opts[int(rng.integers(len(opts)))],)] + [(1,) for _ in extents[1:]]
+
+
+# GEMM micro-kernels --------------------------------------------------------------------------
+
+# registers left besides the accumulators of an ``mr x nv`` micro-kernel: the ``nv`` vectors of
+# the packed B row and one broadcast A element
+MICROKERNEL_SPARE = 1
+MICROKERNEL_MR_MAX = 16  # rows of a micro-kernel (each is one broadcast per k step)
+
+
+def vector_registers(vector_bits: int) -> int:
+    """Architectural SIMD registers of an x86 target whose widest vector is ``vector_bits``
+    (`tecomp.codegen.target.Target.vector_bits`): 32 zmm with AVX-512, else 16 ymm/xmm."""
+    return 32 if vector_bits >= 512 else 16
+
+
+def microkernel_shapes(lanes: int, registers: int, columns: int | None = None) -> list[tuple[int, int]]:
+    """GEMM register tiles ``(mr, nv)`` -- ``mr`` rows of A broadcast against ``nv`` vectors
+    of ``lanes`` floats of B -- whose ``mr * nv`` accumulators, the ``nv`` B vectors and the
+    broadcast fit ``registers`` (no spill in the k loop), best first: most FMAs per load
+    (``mr * nv / (mr + nv)``: on AVX2 6x2 and 4x3 vectors, on AVX-512 6x4, 8x3), then most
+    accumulators (4-5 cycles of FMA latency times 2 ports need 8-10 independent chains).
+    ``columns``: keep only tiles whose ``nv * lanes`` divides it (the packed B panels are
+    whole)."""
+    out = []
+    for nv in range(1, registers):
+        for mr in range(1, MICROKERNEL_MR_MAX + 1):
+            if mr * nv + nv + MICROKERNEL_SPARE > registers or mr * nv < 4:
+                continue
+            if columns is not None and columns % (nv * lanes):
+                continue
+            out.append((mr, nv))
+    return sorted(out, key=lambda t: (-t[0] * t[1] / (t[0] + t[1]), -t[0] * t[1], t[0]))
+
+
+MICROKERNEL_PRIOR = 0.5  # odds that a fresh GEMM candidate draws a register-file-sized micro-kernel
+MICROKERNEL_KC = (32, 64)  # k blocks: the innermost reduction tile (MAX_INNERMOST at most)
+MICROKERNEL_NC = (128, 256, 512)  # columns of a cache block (kc x nc of B in L1/L2)
+MICROKERNEL_MC = (96, 192, 384)  # rows of a cache block (rounded down to whole micro-kernels)
+
+
+def gemm_like(op: ComputeOp) -> bool:
+    """A 2-D-or-more reduction whose innermost spatial axis is the bare last index of one
+    input (``B[r, j]``: contiguous vectors along it) and whose next axis is a bare index of
+    another input that does not read the innermost one (``A[i, r]``: one broadcast per row)
+    -- the shape a BLIS micro-kernel computes."""
+    if len(op.axis) < 2 or not op.reduce_axis or op.num_outputs != 1:
+        return False
+    j, i = op.axis[-1].var, op.axis[-2].var
+    loads = _scan(op.body).loads
+    reads_j = [ld for ld in loads if any(j in _vars_in(x) for x in ld.indices)]
+    reads_i = [ld for ld in loads if any(i in _vars_in(x) for x in ld.indices)]
+    return (len(reads_j) == 1 and reads_j[0].indices[-1] is j
+            and not any(i in _vars_in(x) for x in reads_j[0].indices)
+            and len(reads_i) == 1 and reads_i[0].producer.op is not reads_j[0].producer.op
+            and any(x is i for x in reads_i[0].indices))
+
+
+def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
+                     rng: np.random.Generator) -> dict[str, tuple[int, ...]] | None:
+    """Tiles (SSRSRS, 3 inner levels per spatial axis, 1 per reduction) of a BLIS-like GEMM
+    on rows ``ei`` x columns ``ej`` x depth ``ek``: innermost an ``mr x nr`` register tile of
+    `microkernel_shapes` (fits the target's register file: no spills), around it ``nc / nr``
+    micro-kernels of one row block (S2 of the columns), a cache block of ``mc`` rows (S1 of
+    the rows: its B slice, kc x nc, is reread from cache by all of them) and a ``kc`` k block
+    (the A piece, mr x kc, stays in L1 across the row's micro-kernels). ``mr`` need not divide
+    ``ei`` (6 rows on AVX2): the last block is partial. Keys "i", "j", "k"; None when no
+    shape fits."""
+    lanes = max(vector_bits // 32, 1)
+    shapes = microkernel_shapes(lanes, vector_registers(vector_bits), ej)[:3]
+    if not shapes:
+        return None
+    # mostly the best shape; the next ones in case the model prefers them on this machine
+    w = np.array([4.0, 2.0, 1.0][:len(shapes)])
+    mr, nv = shapes[int(rng.choice(len(shapes), p=w / w.sum()))]
+    nr = nv * lanes
+    ncs = [c for c in MICROKERNEL_NC if c % nr == 0 and ej % c == 0] or [nr]
+    nc = ncs[int(rng.integers(len(ncs)))]
+    mc = MICROKERNEL_MC[int(rng.integers(len(MICROKERNEL_MC)))] // mr * mr
+    mc = max(min(mc, ei // mr * mr), mr)
+    kcs = [k for k in MICROKERNEL_KC if ek % k == 0] or [d for d in divisors(ek) if d <= MAX_INNERMOST][-1:]
+    kc = kcs[int(rng.integers(len(kcs)))]
+    return {"i": (mc // mr, 1, mr), "j": (1, nc // nr, nr), "k": (kc,)}

@@ -19,7 +19,14 @@ from tuning.measure import MeasureErrorNo
 from tuning.prepack import layout_copies, prepacked_steps
 from tuning.records import load_records
 from tuning.space import SearchSpace
-from tuning.space_rules import LAYOUT_VECTOR_MAX, Relayout, draw_register_tile, relayout_rule, vector_max
+from tuning.space_rules import (
+    LAYOUT_VECTOR_MAX,
+    Relayout,
+    draw_register_tile,
+    group_vectors,
+    relayout_rule,
+    vector_max,
+)
 from tuning.steps import LayoutCacheReadStep, LayoutCacheWriteStep
 
 # (N, CI, H, W, CO, KH, KW, stride, pad, dilation, groups)
@@ -114,10 +121,11 @@ def test_rule_applies_to_resnext_widths(width: int) -> None:
 @pytest.mark.parametrize("args", [(1, 8, 8, 8, 8, 3, 3, 1, 1, 1, 8),  # depthwise
                                   (1, 8, 8, 8, 16, 3, 3, 1, 1, 1, 8),  # 2 channels per group
                                   (1, 12, 8, 8, 12, 3, 3, 1, 1, 1, 4),  # 3 channels per group
-                                  (1, 8, 6, 6, 128, 3, 3, 1, 1, 1, 2)])  # 64: wider than a vector
+                                  (1, 8, 6, 6, 72, 3, 3, 1, 1, 1, 2)])  # 36: wide, not 8-lane vectors
 def test_rule_leaves_other_groups_alone(args: tuple[int, ...]) -> None:
-    """The vector is one group: fewer than 4 channels (no vector worth it), a count that is not
-    whole 4-lane vectors or more than `LAYOUT_VECTOR_MAX` do not get the rewrite."""
+    """The vector is one group, or whole 8-lane vectors within a wider one: fewer than 4
+    channels (no vector worth it), a count that is not whole 4-lane vectors, or a group wider
+    than `LAYOUT_VECTOR_MAX` that is not whole 8-lane vectors do not get the rewrite."""
     task = SearchTask(workloads.conv2d_grouped, args)
     assert relayout_rule(task.outputs[0]) is None  # type: ignore[arg-type]
     assert not any(p.relayout for s in SearchSpace(task).sketches for p in s.plans)
@@ -170,6 +178,51 @@ def test_relayout_candidates_match_numpy_without_gathers(args: tuple[int, ...]) 
             assert acc and all(_broadcast_input(ln, fv) for ln in acc), (cand.params, acc[:2])
             got = _run(task, cand.steps, ins, want.shape)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=str(cand.params))
+
+
+# (args, vector widths that divide the group): 64 and 48 channels per group
+WIDE = [((1, 16, 6, 6, 128, 3, 3, 1, 1, 1, 2), (8, 16, 32)),
+        ((1, 8, 7, 7, 96, 3, 3, 2, 1, 1, 2), (8, 16, 24))]
+
+
+@pytest.mark.parametrize("args,widths", WIDE)
+def test_a_group_wider_than_a_vector_is_cut_into_vectors_that_divide_it(
+        args: tuple[int, ...], widths: tuple[int, ...]) -> None:
+    task = SearchTask(workloads.conv2d_grouped, args)
+    rel = relayout_rule(task.outputs[0])  # type: ignore[arg-type]
+    group = args[4] // args[10]
+    assert rel is not None and rel.group == group and vector_max(rel) == max(widths)
+    assert group_vectors(group) == widths
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        tile = draw_register_tile(args[4], 6, 6, rng, group)
+        assert tile is not None and tile[0] in widths
+    space = SearchSpace(task)
+    ins = _inputs(task, 2)
+    want = _want(ins, args)
+    seen = set()
+    for k in (2, 3):
+        for _ in range(3):
+            cand = space.instantiate(k, {}, rng)
+            assert cand is not None
+            fv = cand.param_dict["conv/S3"][-1]
+            assert fv in widths, cand.params
+            seen.add(fv)
+            s, targs = task.apply_steps(cand.steps)
+            text = str(tc.lower(s, targs))
+            updates = [ln for ln in text.splitlines() if "conv_local[" in ln and "kernel_pack[" in ln]
+            # every lane of a vector reads the same input channel: a broadcast, never a gather
+            assert updates and not any(re.search(r"(pad|data)\[[^\]]*ramp", ln) for ln in updates), cand.params
+            acc = [ln for ln in updates if "conv_local[ramp(" in ln and "kernel_pack[ramp(" in ln]
+            # (a 24-lane vector is emitted as 16 + 8 lanes: each part broadcasts its element)
+            lanes = [int(m.group(1)) for ln in acc if (m := re.search(r"conv_local\[ramp\(.*?, 1, (\d+)\)\]", ln))]
+            assert acc and len(lanes) == len(acc) and all(n <= fv for n in lanes), (cand.params, acc[:2])
+            assert all(_broadcast_input(ln, n) for ln, n in zip(acc, lanes)), (cand.params, acc[:2])
+            np.testing.assert_allclose(_run(task, cand.steps, ins, want.shape), want, rtol=1e-4, atol=1e-4,
+                                       err_msg=str(cand.params))
+    # a hand-written tile whose vector does not divide the group is redrawn to the widest one
+    given = space.instantiate(3, {"conv/S3": (1, 1, args[4] // 1)}, rng)
+    assert given is not None and given.param_dict["conv/S3"][-1] in widths
 
 
 def test_mutation_crossover_and_given_tiles_keep_the_group_vector() -> None:
