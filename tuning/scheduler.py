@@ -13,7 +13,12 @@ goes to the task with the most negative estimated gradient of ``f`` per round of
                                                               cost (as if g ~ 1/t)
     grad_i = w_i * dg_i                                       the chain rule through f
 
-where ``t_i`` counts rounds of task ``i``. The backward term follows tasks that still improve;
+where ``t_i`` counts rounds of task ``i``. Before the gradient decides, every task gets
+``min_rounds`` rounds (`floor_rounds`: a `TASK_FLOOR` share of the budget, given out evenly).
+The weighted latency is what a network's user pays, but the gradient alone starves a light
+task (BERT's batch matmuls got 8-24 of 528 trials and ended at 0.67x PyTorch while the dense
+layers took the rest), and a kernel left untuned is slow wherever else it is used.
+The backward term follows tasks that still improve;
 the forward term keeps giving rounds to tasks that have had few and to tasks whose cost (times
 weight) is large, so a slow layer that occurs ten times is worth ten times the effort. With
 probability ``eps_greedy`` a random live task is picked instead: the estimates come from noisy
@@ -35,6 +40,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from .task import TuningError
+
+# the share of a multi-task budget given out evenly before the gradient decides (see above)
+TASK_FLOOR = 0.25
+
+
+def floor_rounds(trials_per_task: int, batch_size: int, n_tasks: int) -> int:
+    """The rounds every task gets before the gradient decides: `TASK_FLOOR` of each task's
+    even share of the budget (none for a single task: it gets everything anyway)."""
+    if n_tasks <= 1 or batch_size <= 0:
+        return 0
+    return int(TASK_FLOOR * trials_per_task / batch_size)
 
 
 def check_weights(weights: Sequence[float] | None, n_tasks: int) -> list[float]:
@@ -60,10 +76,13 @@ class GradientTaskScheduler:
     ``backward_window`` is in rounds; ``failed_rounds``: a task still without any valid
     measurement after that many rounds is given no further gradient (it is probably broken,
     and an infinite cost would otherwise take every round), but may still be drawn at random.
+    ``min_rounds``: rounds every working task gets before the gradient decides (the one with
+    the fewest first; `floor_rounds`).
     """
 
     def __init__(self, weights: Sequence[float], rng: np.random.Generator, alpha: float = 0.2,
-                 backward_window: int = 3, eps_greedy: float = 0.05, failed_rounds: int = 3) -> None:
+                 backward_window: int = 3, eps_greedy: float = 0.05, failed_rounds: int = 3,
+                 min_rounds: int = 0) -> None:
         self.weights = check_weights(weights, len(weights))
         if not 0.0 <= alpha <= 1.0 or backward_window < 1 or not 0.0 <= eps_greedy <= 1.0:
             raise TuningError("GradientTaskScheduler: need 0 <= alpha <= 1, backward_window >= 1, "
@@ -73,6 +92,7 @@ class GradientTaskScheduler:
         self.backward_window = backward_window
         self.eps_greedy = eps_greedy
         self.failed_rounds = failed_rounds
+        self.min_rounds = max(0, int(min_rounds))
         # per task: best cost after each of its rounds (inf until something valid)
         self.history: list[list[float]] = [[] for _ in self.weights]
         self.alive = [True] * len(self.weights)
@@ -133,10 +153,16 @@ class GradientTaskScheduler:
                 return i
         # one draw per call whatever happens, so a run replays from its seed
         explore = self.rng.random() < self.eps_greedy
+        # the floor: the working task with the fewest rounds below it (a broken one, still
+        # without a valid measurement after failed_rounds, gets no more)
+        short = [i for i in live if self.rounds(i) < self.min_rounds
+                 and (math.isfinite(self.best(i)) or self.rounds(i) < self.failed_rounds)]
+        if short:
+            return min(short, key=lambda i: (self.rounds(i), i))
         grads = np.array([self.gradient(i) for i in live])
         if explore or grads.min() == grads.max():
             return live[int(self.rng.integers(len(live)))]
         return live[int(np.argmin(grads))]
 
 
-__all__ = ["GradientTaskScheduler", "check_weights"]
+__all__ = ["TASK_FLOOR", "GradientTaskScheduler", "check_weights", "floor_rounds"]

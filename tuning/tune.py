@@ -3,7 +3,9 @@
 Budget. With one task, ``trials`` is the number of distinct candidates measured for it
 *including those already in the log*. With several, the budget is ``trials * len(tasks)``
 candidates in all (log included), spent in rounds of ``batch_size``: every task first gets one
-round (warm-up), then each round goes to the task whose next round promises the largest drop
+round (warm-up), then rounds up to a floor (a quarter of the budget shared out evenly:
+`tuning.scheduler.floor_rounds`), then each round goes to the task whose next round promises
+the largest drop
 of the weighted latency ``sum_i weights[i] * best_cost_i`` (`GradientTaskScheduler`; a weight
 is e.g. how often the kernel runs in a network), so one task may end with more than
 ``trials`` and another with fewer. Re-running an interrupted ``tune(...)`` with the same
@@ -69,7 +71,7 @@ from .measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult, Wor
 from .protocols import Builder, ResultCallback, Runner, check_builder, check_runner
 from .records import Record, RecordWriter, load_records, rank_rounds, ranked
 from .remeasure import remeasure as remeasure_best
-from .scheduler import GradientTaskScheduler, check_weights
+from .scheduler import GradientTaskScheduler, check_weights, floor_rounds
 from .search import EvolutionarySearch, RandomSearch, SearchOptions
 from .space import Candidate
 from .speed import SpeedIndex
@@ -222,7 +224,8 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     how a runner's ``capacity`` and ``exclusive`` shape the loop); default `LocalBuilder()` /
     `LocalRunner()` (closed at the end when created here). With several tasks the budget
     is ``trials * len(tasks)`` in all, given out by a gradient task scheduler that
-    minimises ``sum(weights[i] * best_cost[i])``
+    minimises ``sum(weights[i] * best_cost[i])``, after a quarter of it was shared out evenly
+    (`tuning.scheduler.TASK_FLOOR`: no task is starved)
     (``weights``: one float >= 0 per task, default 1.0). ``warm_start``: logs of earlier runs
     (any tasks) that pre-train the cost model; they are read, never written, and their
     records are not trials of this run. ``remeasure``: when the budget is spent, the best
@@ -410,7 +413,8 @@ class _Tuner:
     def start(self, tasks: Sequence[SearchTask], weights: Sequence[float],
               rngs: Sequence[np.random.Generator], trials: int, warm: Sequence[str], progress: bool) -> None:
         # the scheduler's own stream: the task streams are [seed, k]
-        self.sched = GradientTaskScheduler(weights, np.random.default_rng([self.seed, len(tasks), 1]))
+        self.sched = GradientTaskScheduler(weights, np.random.default_rng([self.seed, len(tasks), 1]),
+                                           min_rounds=floor_rounds(trials, self.batch_size, len(tasks)))
         self.budget = trials * len(tasks)
         for task, w, rng in zip(tasks, weights, rngs):
             t0 = time.perf_counter()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tuning import TuningError
-from tuning.scheduler import GradientTaskScheduler, check_weights
+from tuning.scheduler import GradientTaskScheduler, check_weights, floor_rounds
 
 
 def _sched(weights: list[float], eps: float = 0.0, seed: int = 0) -> GradientTaskScheduler:
@@ -80,6 +80,35 @@ def test_allocation_follows_weight_and_improvement() -> None:
     assert improving[0] >= improving[1] + 4
     # a seed replays the same allocation
     assert _simulate([1.0, 10.0], same, 40, seed=3) == _simulate([1.0, 10.0], same, 40, seed=3)
+
+
+def test_the_floor_gives_a_light_task_its_rounds_before_the_gradient_decides() -> None:
+    same = [lambda r: 1.0 + 1.0 / r] * 2
+    # weight 100 takes nearly everything from the gradient alone
+    starved = _simulate([1.0, 100.0], same, 40)
+    assert starved[0] <= 3
+    s = GradientTaskScheduler([1.0, 100.0], np.random.default_rng(0), min_rounds=6)
+    got = [0, 0]
+    order = []
+    for _ in range(40):
+        i = s.next_task()
+        assert i is not None
+        order.append(i)
+        got[i] += 1
+        s.observe(i, same[i](got[i]))
+    # the floor first, the fewest rounds first (so the tasks alternate), then the gradient
+    assert order[:12] == [0, 1] * 6 and got[0] >= 6 and got[1] >= 28
+    # a broken task (nothing valid after failed_rounds) is not held to the floor
+    b = GradientTaskScheduler([1.0, 1.0], np.random.default_rng(0), min_rounds=10, eps_greedy=0.0)
+    for _ in range(3):
+        b.observe(1, math.inf)
+    b.observe(0, 1.0)
+    assert [b.next_task() for _ in range(3)] == [0, 0, 0]
+
+
+def test_floor_rounds_is_a_quarter_of_the_even_share() -> None:
+    assert floor_rounds(528, 8, 11) == 16 and floor_rounds(64, 8, 2) == 2
+    assert floor_rounds(528, 8, 1) == 0 and floor_rounds(4, 8, 3) == 0
 
 
 def test_failing_and_retired_tasks() -> None:
