@@ -71,7 +71,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
 
     func = resolve_workload(ns.workload)
     args = _parse_args(ns.args)
-    task = SearchTask(func, args, target=ns.target)
+    task = SearchTask(func, args, target=ns.target, prepack=ns.prepack)
     # options not given on the command line keep tune()'s defaults (one place to change them)
     opts: dict[str, Any] = {k: v for k, v in (("batch_size", ns.batch_size), ("remeasure", ns.remeasure))
                             if v is not None}
@@ -291,18 +291,21 @@ def _mean(xs: Sequence[float]) -> str:
 def _kernel_name(task: SearchTask) -> str:
     base = task.workload.split(":")[-1].split(".")[-1]
     args = "_".join(str(a).replace(".", "p").replace("-", "m") for a in task.args)
-    return f"{base}_{args}" if args else base
+    name = f"{base}_{args}" if args else base
+    return f"{name}_prepacked" if task.prepack else name
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
     import tecomp as tc
 
+    from .prepack import prepacked_steps
     from .records import best_record
 
     for w in ns.workload or []:
         resolve_workload(w)
     groups = _group(ns.log)
-    items, prov = [], {}
+    items: list[tuple[Any, Any, str]] = []
+    prov: dict[str, Any] = {}
     targets = set()  # of every task rebuilt here, exported or not
     for recs in groups.values():
         task, why = recs[0].task_or_why()
@@ -315,13 +318,26 @@ def cmd_export(ns: argparse.Namespace) -> int:
             print(f"skipping {task.name}: no valid record", file=sys.stderr)
             continue
         rec = best_record(ns.log, task)
-        s, args = task.apply_steps(rec.steps)
         name = _kernel_name(task)
-        items.append((s, args, name))
+        if task.prepack:
+            # the kernel takes the packed weights; each pre-transform makes one, once per weight
+            pp = prepacked_steps(task, rec.steps)
+            items.append((pp.schedule, pp.args, name))
+            for h in pp.packs:
+                items.append((h.schedule, h.args, pp.pack_name(name, h)))
+                prov[pp.pack_name(name, h)] = {
+                    "pre_transform_of": name, "makes": h.packed.name, "from": h.source.name,
+                    "order": list(h.order),
+                    "note": f"run once per value of {h.source.name}; pass its output to {name} as "
+                            f"{h.packed.name}"}
+        else:
+            s, args = task.apply_steps(rec.steps)
+            items.append((s, args, name))
         blob = json.dumps({"task": task.workload_key, "steps": [repr(x) for x in rec.steps]},
                           sort_keys=True)
         prov[name] = {"log": os.path.abspath(ns.log), "record_hash": hashlib.sha256(blob.encode()).hexdigest(),
-                      "measured_time_s": rec.mean, "workload": task.workload, "args": list(task.args)}
+                      "measured_time_s": rec.mean, "workload": task.workload, "args": list(task.args),
+                      **({"prepacked": True} if task.prepack else {})}
     if not items:
         raise TuningError(f"{ns.log}: no task with a valid record to export")
     if len(targets) > 1:
@@ -378,6 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "tuning stops with an error when no CPU is free for a build")
     t.add_argument("--remeasure", type=int,
                    help="best candidates timed again at the end (0: none; default: tune's, 4)")
+    t.add_argument("--prepack", action="store_true",
+                   help="the weights a candidate copies into another layout are packed once, outside "
+                        "the timed kernel (tuning.SearchTask's prepack); export then writes the "
+                        "kernel and its pre-transform")
     t.set_defaults(fn=cmd_tune)
     s = sub.add_parser("show-log", help="best record per task of a tuning log, as a table")
     s.add_argument("log")

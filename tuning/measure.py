@@ -425,19 +425,51 @@ def _build_job(task: SearchTask, steps: tuple[Step, ...], name: str) -> BuildRes
     except Exception as e:  # noqa: BLE001 - any failure to replay is this candidate's fault
         return BuildResult(None, name, error=MeasureErrorNo.SCHEDULE_ERROR,
                            error_msg=f"{type(e).__name__}: {e}"[:2000], time_s=time.perf_counter() - t0)
+    info: dict[str, Any] = {}
     try:
         from tecomp.codegen.backend import backend_for
         from tecomp.codegen.target import Target
         from tecomp.lowering import lower
 
-        func = lower(sch, args, name=name)
+        funcs = []
+        if task.prepack:
+            sch, args, packs, info = _prepacked(sch, args, steps, name)
+            funcs += [lower(ps, pa, name=pn) for ps, pa, pn in packs]
+        funcs.insert(0, lower(sch, args, name=name))
         tgt = Target.parse(task.target)
         backend = backend_for(tgt)
-        art = backend.compile(backend.codegen([func], tgt, name=name))
+        art = backend.compile(backend.codegen(funcs, tgt, name=name))
     except Exception as e:  # noqa: BLE001
         return BuildResult(None, name, error=MeasureErrorNo.BUILD_ERROR,
                            error_msg=f"{type(e).__name__}: {e}"[:2000], time_s=time.perf_counter() - t0)
-    return BuildResult(art, name, time_s=time.perf_counter() - t0)
+    return BuildResult(art, name, time_s=time.perf_counter() - t0, info=info)
+
+
+def _prepacked(sch: Any, args: list[Any], steps: Sequence[Step], name: str,
+               ) -> tuple[Any, list[Any], list[tuple[Any, list[Any], str]], dict[str, Any]]:
+    """A prepack task's candidate (`SearchTask.prepack`): its layout copies of inputs hoisted
+    out (`tuning.prepack.prepack_schedule`), the kernel's arguments, the pre-transforms as
+    ``(schedule, args, name)``, and the ``info`` that tells the run job how to call them:
+    ``"prepack"``, per pre-transform its function, the index of its plain input among the
+    task's tensors and its output's shape and dtype; ``"kernel_args"``, per kernel argument
+    ``["t", k]`` (the task's tensor ``k``) or ``["p", j]`` (pre-transform ``j``'s output)."""
+    from .prepack import layout_copies, prepack_schedule
+
+    stages = layout_copies(steps)
+    if not stages:
+        return sch, args, [], {}
+    pp = prepack_schedule(sch, args, stages)
+    where = {id(t.op): k for k, t in enumerate(args)}
+    packs, about = [], []
+    for h in pp.packs:
+        fname = pp.pack_name(name, h)
+        packs.append((h.schedule, list(h.args), fname))
+        about.append({"func": fname, "src": where[id(h.source.op)],
+                      "shape": [int(d.value) for d in h.packed.shape],  # type: ignore[attr-defined]
+                      "dtype": h.packed.dtype})
+    made = {id(h.packed.op): j for j, h in enumerate(pp.packs)}
+    kernel_args = [["p", made[id(a.op)]] if id(a.op) in made else ["t", where[id(a.op)]] for a in pp.args]
+    return pp.schedule, pp.args, packs, {"prepack": about, "kernel_args": kernel_args}
 
 
 class LocalBuilder:
@@ -579,6 +611,21 @@ def _flush_cache(buf: list[np.ndarray]) -> None:
     buf[0] += 1.0
 
 
+def kernel_args(mod: Any, build: BuildResult, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The arguments of ``build``'s kernel (in the loaded module ``mod``) for the task's
+    ``arrays``: those arrays, or for a prepack task's candidate (`_prepacked`) the packed
+    weights in their place -- its pre-transforms run here, once, outside any timing, as a
+    user runs them once per weight (`SearchTask.prepack`)."""
+    if not build.info.get("prepack"):
+        return list(arrays)
+    packed = []
+    for p in build.info["prepack"]:
+        out = aligned_empty(tuple(p["shape"]), p["dtype"])
+        mod[p["func"]](arrays[p["src"]], out)
+        packed.append(out)
+    return [arrays[k] if kind == "t" else packed[k] for kind, k in build.info["kernel_args"]]
+
+
 def _run_job(key: str, build: BuildResult, opts: RunOptions) -> tuple[str, tuple[float, ...], str]:
     """Load, check and time one compiled candidate (runs in the measuring process)."""
     from tecomp.codegen.backend import backend_for
@@ -587,15 +634,20 @@ def _run_job(key: str, build: BuildResult, opts: RunOptions) -> tuple[str, tuple
     assert build.artifact is not None
     try:
         # the code is compiled already: loading links it
-        f = backend_for(build.artifact.target).load(build.artifact)[build.func_name]
+        mod = backend_for(build.artifact.target).load(build.artifact)
+        f = mod[build.func_name]
     except Exception as e:  # noqa: BLE001
         return "RUN_ERROR", (), f"cannot load the kernel: {e}"
     arrays: list[np.ndarray] = data["arrays"]
     for k in data["outputs"]:
         arrays[k].fill(np.nan if arrays[k].dtype.kind == "f" else 0x5A)
+    try:
+        args = kernel_args(mod, build, arrays)
+    except Exception as e:  # noqa: BLE001
+        return "RUN_ERROR", (), f"pre-transform: {type(e).__name__}: {e}"
     t0 = time.perf_counter()
     try:
-        f(*arrays)
+        f(*args)
     except Exception as e:  # noqa: BLE001
         return "RUN_ERROR", (), f"{type(e).__name__}: {e}"
     first = time.perf_counter() - t0
@@ -630,7 +682,7 @@ def _run_job(key: str, build: BuildResult, opts: RunOptions) -> tuple[str, tuple
         for _ in range(repeat):
             if opts.flush_cache:
                 _flush_cache(flush)
-            costs.append(ev(*arrays).results[0])
+            costs.append(ev(*args).results[0])
     except Exception as e:  # noqa: BLE001
         return "RUN_ERROR", (), f"{type(e).__name__}: {e}"
     return "NO_ERROR", tuple(costs), ""

@@ -120,7 +120,7 @@ class Record(Timed):
         for older logs and templates by importing its workload by name (raises as
         `SearchTask.from_json` does when that cannot be found here)."""
         d = {"workload": self.workload, "args": list(self.args), "target": self.target,
-             "name": self.extra.get("name") or None}
+             "name": self.extra.get("name") or None, "prepack": self.extra.get("prepack", False)}
         line = self.task_line
         if line is not None and not line.get("template") and line.get("dag") is not None:
             try:
@@ -224,7 +224,8 @@ def record_from_json(d: dict[str, Any], task_line: dict[str, Any] | None = None,
         error=MeasureErrorNo[d["error"]], error_msg=d.get("error_msg", ""),
         sketch=d.get("sketch"), params=params, build_s=d.get("build_s", 0.0),
         run_s=d.get("run_s", 0.0), timestamp=d.get("time", 0.0),
-        tecomp_version=d.get("tecomp", ""), timing=d.get("timing", ""), extra={"name": d.get("name", "")},
+        tecomp_version=d.get("tecomp", ""), timing=d.get("timing", ""),
+        extra={"name": d.get("name", ""), "prepack": t.get("prepack", False) is True},
         task_line=task_line, machine=machine, round=_round(d),
         **(_speed_index(d) if d["v"] >= 2 else {}),
     )

@@ -285,7 +285,7 @@ def retime_job(task: SearchTask, builds: Sequence[BuildResult], kinds: Sequence[
     reference times by kind and per-kernel errors ("" when it ran)."""
     from tecomp.codegen.backend import backend_for
 
-    from .measure import _PREPARED, _prepare_job
+    from .measure import _PREPARED, _prepare_job, kernel_args
 
     key = _prepare_job(task, cache_dir)
     arrays = _PREPARED[key]["arrays"]
@@ -297,8 +297,9 @@ def retime_job(task: SearchTask, builds: Sequence[BuildResult], kinds: Sequence[
         try:
             if b.artifact is None:
                 raise RuntimeError(b.error_msg or b.error.name)
-            f = backend_for(b.artifact.target).load(b.artifact)[b.func_name]
-            timers.append(_calibrated(f, arrays, opts))
+            mod = backend_for(b.artifact.target).load(b.artifact)
+            args = kernel_args(mod, b, arrays)
+            timers.append((_calibrated(mod[b.func_name], args, opts), args))
             errors.append("")
         except Exception as e:  # noqa: BLE001 - a candidate that cannot run now is reported
             timers.append(None)
@@ -306,10 +307,10 @@ def retime_job(task: SearchTask, builds: Sequence[BuildResult], kinds: Sequence[
     times: list[list[float]] = [[] for _ in builds]
     refs: dict[str, list[float]] = {kind: [] for kind in ref_evs}
     for _ in range(rounds):
-        for k, ev in enumerate(timers):
+        for k, timer in enumerate(timers):
             refs[kinds[k]].append(float(ref_evs[kinds[k]](*ref_arrays).results[0]))
-            if ev is not None:
-                times[k].append(float(ev(*arrays).results[0]))
+            if timer is not None:
+                times[k].append(float(timer[0](*timer[1]).results[0]))
     return times, refs, errors
 
 

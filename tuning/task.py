@@ -164,39 +164,53 @@ class SearchTask:
     ``func`` is either a workload (`register_workload`: the tuner derives the schedules) or a
     template (`tuning.template`: ``func(cfg, *args) -> (schedule, tensors)`` with knobs, the
     tuner picks their values; ``config_space`` then describes them, None otherwise).
+
+    ``prepack``: the inputs a candidate copies into another layout (a convolution's or dense
+    layer's weight, `tuning.steps.LayoutCacheReadStep`) are constants the user packs once
+    (`tuning.prepack`): each candidate is timed with them packed outside the kernel, the
+    packing done once before the timing and left out of it, so the tuner ranks what a
+    prepacked kernel costs. It is another objective, so another task (its own
+    ``workload_key``; the name says "prepacked"); `tuning.prepacked_best` and ``tecomp
+    export`` give its best as a kernel plus its pre-transform. CPU targets only.
     """
 
     def __init__(self, func: Callable[..., Sequence[Tensor]], args: Sequence[Any] = (),
-                 target: str = "llvm", name: str | None = None) -> None:
+                 target: str = "llvm", name: str | None = None, prepack: bool = False) -> None:
         if workload_name(func) not in _WORKLOADS:
             raise TuningError(f"{func.__qualname__} is not a registered workload; decorate it "
                               "with @tuning.register_workload (or @tuning.template)")
         check_arguments(func, args)
-        self._setup(func, workload_name(func), args, target, name or f"{func.__name__}{tuple(args)!r}")
+        self._setup(func, workload_name(func), args, target, name or f"{func.__name__}{tuple(args)!r}", prepack)
         self._init_dag(None)
 
     @classmethod
     def from_dag(cls, dag: dict[str, Any], workload: str, args: Sequence[Any] = (),
-                 target: str = "llvm", name: str | None = None) -> SearchTask:
+                 target: str = "llvm", name: str | None = None, prepack: bool = False) -> SearchTask:
         """The task of a serialized compute DAG (`tecomp.te.serialize.dag_to_json` of the
         workload's tensors), without the function that declared it: how measurement workers
         and readers of a log rebuild a workload they cannot import. ``workload`` is the name
         the records are filed under ("module:qualname")."""
         task = cls.__new__(cls)
         short = workload.split(":")[-1].split(".")[-1]
-        task._setup(None, workload, args, target, name or f"{short}{tuple(args)!r}")
+        task._setup(None, workload, args, target, name or f"{short}{tuple(args)!r}", prepack)
         task._init_dag(dag)
         return task
 
     def _setup(self, func: Callable[..., Any] | None, workload: str, args: Sequence[Any],
-               target: str, name: str) -> None:
+               target: str, name: str, prepack: bool = False) -> None:
         from tecomp.codegen.target import Target
 
         self.func = func
         self.args = tuple(args)
-        self.target = str(Target.parse(target))
+        tgt = Target.parse(target)
+        if prepack and tgt.is_gpu:
+            raise TuningError(f"prepack=True is for CPU targets; {tgt} kernels read their weights "
+                              "in the layout they are given")
+        self.target = str(tgt)
         self.workload = workload
-        self.name = name.replace(",)", ")")
+        self.prepack = bool(prepack)
+        name = name.replace(",)", ")")
+        self.name = f"{name} prepacked" if prepack and not name.endswith(" prepacked") else name
 
     def _init_dag(self, dag: dict[str, Any] | None) -> None:
         self.is_template = self.func is not None and is_template(self.func)
@@ -240,6 +254,8 @@ class SearchTask:
             # records of a template must not be filed under the plain workload of the same DAG
             # (their steps mean nothing there), nor survive a change of the template's knobs
             text = f"template {self.workload}\n{self.config_space.describe()}\n{text}"
+        if self.prepack:  # another objective: records of the two must never meet
+            text = f"prepacked weights\n{text}"
         h = hashlib.sha256(f"{text}\nargs={self.args!r}\ntarget={self.target}".encode())
         self.workload_key = h.hexdigest()[:24]
         self.flop_ct = float(_flops(self.ops))
@@ -266,7 +282,7 @@ class SearchTask:
     # (cloudpickle), which defines it in the worker without importing the user's __main__.
     def __getstate__(self) -> dict[str, Any]:
         state: dict[str, Any] = {"workload": self.workload, "args": self.args,
-                                 "target": self.target, "name": self.name}
+                                 "target": self.target, "name": self.name, "prepack": self.prepack}
         if self.is_template:
             import cloudpickle
 
@@ -282,7 +298,8 @@ class SearchTask:
 
             func = pickle.loads(state["template"])  # noqa: S301 - our own parent process's bytes
             _WORKLOADS.setdefault(state["workload"], func)
-        self._setup(func, state["workload"], state["args"], state["target"], state["name"])
+        self._setup(func, state["workload"], state["args"], state["target"], state["name"],
+                    state.get("prepack", False))
         self._init_dag(state.get("dag"))
 
     def __repr__(self) -> str:
@@ -290,17 +307,18 @@ class SearchTask:
 
     def to_json(self) -> dict[str, Any]:
         return {"workload": self.workload, "args": list(self.args), "target": self.target,
-                "key": self.workload_key}
+                "key": self.workload_key, **({"prepack": True} if self.prepack else {})}
 
     @staticmethod
     def from_json(d: dict[str, Any], dag: dict[str, Any] | None = None) -> SearchTask:
         """The task a record was written for: from ``dag`` (the log's copy of the computation)
         when given and the task is not a template, else by importing its workload by name."""
         args = tuple(tuple(a) if isinstance(a, list) else a for a in d["args"])
+        prepack = d.get("prepack", False) is True
         if dag is not None:
-            return SearchTask.from_dag(dag, d["workload"], args, d["target"], d.get("name"))
+            return SearchTask.from_dag(dag, d["workload"], args, d["target"], d.get("name"), prepack)
         func = lookup_workload(d["workload"])
-        return SearchTask(func, args, d["target"])
+        return SearchTask(func, args, d["target"], prepack=prepack)
 
     # schedules ------------------------------------------------------------------------------
     def create_schedule(self) -> Schedule:
