@@ -17,6 +17,9 @@ instead of on every call.
 
 ``--spaces default`` tunes the default space alone: half the time, for comparing two versions
 of the sketch (run each version's copy of the repository with its own ``--log-dir``).
+``--spaces default,prepack`` adds the default space tuned as a prepack task
+(`SearchTask(..., prepack=True)`: each candidate timed with its weight packed outside the
+kernel), whose ``prepack_prepacked`` row is the kernel such a tune picks.
 
 Prints tecomp/reference ratios (> 1: tecomp faster) and fractions of the fp32 FMA peak
 (benchmarks/peak.py, measured once at the start of the run).
@@ -104,8 +107,9 @@ def _plain_sketches(self: SearchSpace, task: tuning.SearchTask) -> list[Sketch]:
 
 
 def tune_layer(args: tuple[int, ...], space: str, trials: int, log: str, seed: int) -> tuple[float, str]:
-    """Tune the layer on ``space`` ("plain" or "default"); (wall seconds, best sketch)."""
-    task = tuning.SearchTask(workload(args), args, target="llvm")
+    """Tune the layer on ``space`` ("plain", "default", or "prepack": the default space as a
+    prepack task); (wall seconds, best sketch)."""
+    task = tuning.SearchTask(workload(args), args, target="llvm", prepack=space == "prepack")
     orig = SearchSpace.make_sketches
     if space == "plain":
         SearchSpace.make_sketches = _plain_sketches  # type: ignore[method-assign]
@@ -141,7 +145,7 @@ def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_g
         log = os.path.join(opts.log_dir, f"{name}-{space}.jsonl")
         wall, best = tune_layer(args, space, opts.trials, log, opts.seed)
         line[f"{space}_tune_s"], line[f"{space}_best_sketch"] = wall, best
-        task = tuning.SearchTask(workload(args), args, target="llvm")
+        task = tuning.SearchTask(workload(args), args, target="llvm", prepack=space == "prepack")
         s, params = task.apply_best(log)
         fns[space] = tc.build(s, params, name=f"conv_{space}")
         pp, which = prepacked(task, log)
@@ -210,11 +214,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (best of each side)")
     ap.add_argument("--spaces", default="plain,default",
-                    help="comma-separated, of plain,default (default alone: a shorter before/after run)")
+                    help="comma-separated, of plain,default,prepack (default alone: a shorter before/after run)")
     opts = ap.parse_args()
     opts.spaces = [x for x in opts.spaces.split(",") if x]
-    if not opts.spaces or set(opts.spaces) - {"plain", "default"}:
-        ap.error("--spaces takes plain and/or default")
+    if not opts.spaces or set(opts.spaces) - {"plain", "default", "prepack"}:
+        ap.error("--spaces takes plain, default and/or prepack")
     layers = [x for x in opts.layers.split(",") if x]
     unknown = [x for x in layers if x not in LAYERS]
     if unknown:
