@@ -7,8 +7,12 @@ checked against numpy, and the emulation time printed.
 
 The tensor-core section does the same for the fp16 GEMM (fp32 accumulate) on
 mma.sync.m16n8k16 + ldmatrix (sm_80+, `tuning.gpu_space.tensor_core_gemm_schedule`, the
-schedule the tuner's tensor-core sketch builds too): 128x128 block tile, 2x2 warps, k-step 32,
-A and B tiles software-pipelined with 16-byte cp.async in ``--depth`` stages (default 3).
+schedule the tuner's tensor-core sketch builds too): CUTLASS's sm_80 / sm_90 mma.sync tile,
+128x256 per block (``--block``, or 256x128) on 2x4 warps of 64x64, k-step 32, A and B tiles
+software-pipelined with 16-byte cp.async in ``--depth`` stages (default 3), shared rows padded
+by 8 elements. Its 80-110 KB of shared memory exceed the static 48 KB: the kernel takes them
+as dynamic shared memory (the runtime opts in), up to the arch's per-block maximum (163 KB on
+sm_80, 227 KB on sm_90), and the report prints static + dynamic against that maximum.
 
 With a GPU (cuda-bindings installed, a device present): GFLOP/s of the tecomp kernels and of
 ``torch.matmul`` (cuBLAS; TF32 off for fp32, fp16 for the tensor-core one) on the same device,
@@ -36,21 +40,38 @@ from tecomp import te  # noqa: E402
 from tecomp.codegen.target import Target  # noqa: E402
 
 # the tensor-core schedule is shared with the tuner's tensor-core sketch (tuning/gpu_space.py)
-from tuning.gpu_space import tc_shared_bytes, tensor_core_gemm_schedule  # noqa: E402
+from tuning.gpu_space import tc_config_problems, tc_shared_bytes, tensor_core_gemm_schedule  # noqa: E402
 
 TC_DEPTH = 3  # cp.async stages of the benchmark's tensor-core GEMM
-TC_KNOBS: dict[str, Any] = {"block": (128, 128), "warps": (2, 2), "kstep": 32}
+# block tile -> warps (threadIdx.y, threadIdx.z): 64x64 per warp, as CUTLASS's 128x256x32 /
+# 256x128x32 fp16 tiles on sm_80 and sm_90 (mma.sync); 128x128 on 2x2 warps for smaller budgets
+TC_BLOCKS: dict[tuple[int, int], tuple[int, int]] = {(128, 256): (2, 4), (256, 128): (4, 2), (128, 128): (2, 2)}
+TC_KSTEP = 32
 
 
-def tc_knobs(depth: int, limit: int = 48 * 1024) -> dict[str, Any]:
-    """The tensor-core GEMM's knobs at ``depth`` stages: shared rows padded by 8 elements (no
-    ldmatrix bank conflicts) when the ring still fits the static shared memory; 128x128x32 at
-    depth 3 fills the 48 KB exactly, so it stays unpadded; depth 4 takes k-step 16 (padded)."""
-    knobs = dict(TC_KNOBS, depth=depth)
-    for kstep, pad in ((TC_KNOBS["kstep"], 8), (TC_KNOBS["kstep"], 0), (16, 8)):
-        if tc_shared_bytes(knobs["block"], kstep, depth, pad) <= limit:
-            return dict(knobs, kstep=kstep, pad=pad)
-    return dict(knobs, kstep=16, pad=0)
+def tc_knobs(depth: int, limit: int = 48 * 1024, block: tuple[int, int] = (128, 128)) -> dict[str, Any]:
+    """The tensor-core GEMM's knobs at ``depth`` stages within ``limit`` bytes of shared memory
+    per block: ``block`` (its warps from `TC_BLOCKS`) at k-step 32 with rows padded by 8
+    elements (no ldmatrix bank conflicts), unpadded when only that fits, then k-step 16, then
+    the 128x128 tile. The benchmark passes the arch's opt-in maximum
+    (``GPULimits.max_dynamic_smem``) and CUTLASS's 128x256; the defaults are the static-only
+    schedule (128x128 at depth 3 fills the 48 KB exactly, so it stays unpadded; depth 4 takes
+    k-step 16, padded)."""
+    for blk in dict.fromkeys([block, (128, 128)]):
+        for kstep, pad in ((TC_KSTEP, 8), (TC_KSTEP, 0), (16, 8), (16, 0)):
+            if tc_shared_bytes(blk, kstep, depth, pad) <= limit:
+                return {"block": blk, "warps": TC_BLOCKS[blk], "kstep": kstep, "depth": depth, "pad": pad}
+    return {"block": (128, 128), "warps": (2, 2), "kstep": 16, "depth": depth, "pad": 0}
+
+
+def shared_report(f: Any, name: str) -> tuple[int, int]:
+    """(static, dynamic) shared bytes per block of function ``name`` of ``f``: ptxas's static
+    figure (0 for a kernel above 48 KB, whose shared memory is one extern area) and the dynamic
+    shared memory its launch passes (the largest of its kernels)."""
+    res = f.resources
+    static = res.shared_bytes if res is not None else 0
+    dynamic = max((k.shared_mem for k in f[name].plan.kernels), default=0)
+    return static, dynamic
 
 
 def gemm_schedule(n: int, block: int = 64, threads: int = 8, kstep: int = 8) -> tuple[te.Schedule, list]:
@@ -101,10 +122,11 @@ def _report(f: Any, name: str, arch: str) -> None:
     for tag in ("threadIdx.x", "threadIdx.y", "threadIdx.z"):
         threads *= int(str(launch.get(tag, 1)))
     lim = f.target.gpu
+    static, dynamic = shared_report(f, name)
     print(f"ptxas {arch}: {res.registers} registers x {threads} threads = "
           f"{res.registers * threads} of {lim.registers_per_sm} per SM; spills "
-          f"{res.spill_stores}/{res.spill_loads} B; shared {res.shared_bytes} B of "
-          f"{lim.static_smem}; stack {res.stack_frame} B")
+          f"{res.spill_stores}/{res.spill_loads} B; shared {static + dynamic} B of "
+          f"{lim.max_dynamic_smem} ({static} static, {dynamic} dynamic); stack {res.stack_frame} B")
 
 
 def tensor_core_section(ns: argparse.Namespace, target: str) -> Any:
@@ -112,14 +134,18 @@ def tensor_core_section(ns: argparse.Namespace, target: str) -> Any:
     if int(ns.arch.split("_")[1].rstrip("a")) < 80:
         print(f"tensor-core GEMM: skipped ({ns.arch} has no mma.m16n8k16 with fp32 accumulation)")
         return None
-    depth = ns.depth
-    knobs = tc_knobs(depth, Target.parse(target).gpu.static_smem)
+    bm, bn = (int(x) for x in ns.block.split("x"))
+    knobs = tc_knobs(ns.depth, Target.parse(target).gpu.max_dynamic_smem, (bm, bn))
     s, args = tensor_core_gemm_schedule(ns.n, ns.n, ns.n, **knobs)
     f = tc.build(s, args, target=target, name="hgemm_tc")
     print(f"tensor-core fp16 GEMM {ns.n}^3 (fp32 accumulate) for {target}, {knobs}: launch "
           f"{ {k: str(v) for k, v in f['hgemm_tc'].launch.items()} }")
     _report(f, "hgemm_tc", ns.arch)
-    if ns.emulate_n:
+    why = tc_config_problems(ns.emulate_n, ns.emulate_n, ns.emulate_n, knobs["block"], knobs["warps"],
+                             knobs["kstep"], knobs["depth"], knobs["pad"], f.target.gpu.max_dynamic_smem)
+    if ns.emulate_n and why:
+        print(f"tensor-core GEMM emulation at {ns.emulate_n}^3: skipped ({'; '.join(why)})")
+    elif ns.emulate_n:
         n = ns.emulate_n
         se, argse = tensor_core_gemm_schedule(n, n, n, **knobs)
         fe = tc.build(se, argse, target=target)
@@ -171,6 +197,9 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--depth", type=int, default=TC_DEPTH, choices=(1, 2, 3, 4),
                    help="cp.async pipeline stages of the tensor-core GEMM (1: none)")
+    p.add_argument("--block", default="128x256", choices=[f"{m}x{n}" for m, n in TC_BLOCKS],
+                   help="block tile (M x N) of the tensor-core GEMM (smaller when the arch's shared "
+                        "memory cannot hold its ring)")
     ns = p.parse_args()
     target = f"cuda -arch={ns.arch}"
 
@@ -178,16 +207,7 @@ def main() -> None:
     f = tc.build(s, args, target=target, name="sgemm")
     launch = {k: str(v) for k, v in f["sgemm"].launch.items()}
     print(f"SIMT GEMM {ns.n}^3 for {target}: launch {launch}")
-    res = f.resources
-    if res is None:
-        print(f"ptxas: not run ({f['sgemm'].resources_why})")
-    else:
-        threads = int(launch.get("threadIdx.x", 1)) * int(launch.get("threadIdx.y", 1))
-        lim = f.target.gpu
-        print(f"ptxas {ns.arch}: {res.registers} registers x {threads} threads = "
-              f"{res.registers * threads} of {lim.registers_per_sm} per SM; spills "
-              f"{res.spill_stores}/{res.spill_loads} B; shared {res.shared_bytes} B of "
-              f"{lim.static_smem}; stack {res.stack_frame} B")
+    _report(f, "sgemm", ns.arch)
 
     if ns.emulate_n:
         se, argse = gemm_schedule(ns.emulate_n)

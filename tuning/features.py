@@ -88,7 +88,7 @@ STORE_FEATURES: tuple[str, ...] = (OPS + LOOP + VEC + UNROLL + PAR + MISC
                                    + tuple(f"b{k}.{a}" for k in range(N_BUFFERS) for a in ACCESS) + TRAFFIC
                                    + GPU_STORE)
 # per program, GPU only (0 on a CPU): the largest block's threads, the grid, shared and local
-# bytes per block (and shared as a fraction of what the target allows), blocks per SM by
+# bytes per block (and shared as a fraction of what a block may use, the opt-in maximum), blocks per SM by
 # shared memory, waves of blocks over the target's SMs, kernels launched
 GPU_PROGRAM = ("gpu.threads", "gpu.blocks", "gpu.shared_bytes", "gpu.shared_frac", "gpu.local_bytes",
                "gpu.blocks_per_sm_smem", "gpu.waves", "gpu.kernels")
@@ -419,7 +419,8 @@ def program_features(func_body: object, hw: GPULimits | None = None,
     else:
         per_sm = hw.max_dynamic_smem // max(ex.shared, 1) if ex.shared else 32
         waves = ex.max_blocks / (hw.sm_count * max(min(per_sm, 32), 1))
-        out += [_l(ex.max_threads), _l(ex.max_blocks), _l(ex.shared), ex.shared / hw.static_smem,
+        # shared as a fraction of the opt-in maximum per block (static + dynamic): <= 1 if it launches
+        out += [_l(ex.max_threads), _l(ex.max_blocks), _l(ex.shared), ex.shared / hw.max_dynamic_smem,
                 _l(ex.local), _l(per_sm), _l(waves), float(len(kernels or [func_body]))]
     return np.asarray(out, dtype=np.float32)
 

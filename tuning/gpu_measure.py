@@ -5,9 +5,12 @@ filters what cannot launch before anything runs, as a `MeasureErrorNo.RESOURCE_L
 that says why (not a silent drop):
 
 * before lowering, from the target's limits (`tecomp.codegen.target.GPULimits`) and the
-  schedule's inferred bounds: threads per block (and per dimension), static shared memory;
+  schedule's inferred bounds: threads per block (and per dimension), shared memory (up to the
+  arch's opt-in maximum, ``max_dynamic_smem``: 163 KB on sm_80, 227 KB on sm_90; above the
+  static 48 KB codegen makes it dynamic shared memory, `tecomp.codegen.gpu_shared`);
 * after codegen, from ptxas's report (when ptxas is installed): registers x threads per block
-  against the register file (allocated per warp, in units of 256), shared memory, and spills
+  against the register file (allocated per warp, in units of 256), static shared memory plus
+  the launch's dynamic shared memory, and spills
   (``allow_spills=False`` by default: a spilling kernel is slow and hides its tile's cost).
 
 `GpuRunner` measures on the GPU in an isolated, long-lived worker process (a faulting kernel
@@ -119,9 +122,10 @@ def launch_problems(sch: Any, args: Sequence[Any], target: Any) -> list[str]:
         if threads > lim.max_threads_per_block:
             out.append(f"kernel of {name}: {threads} threads per block exceed {lim.arch}'s limit "
                        f"of {lim.max_threads_per_block}")
-        if smem > lim.static_smem:
-            out.append(f"kernel of {name}: {smem} bytes of shared memory exceed the {lim.static_smem} "
-                       f"bytes a kernel may declare statically on {lim.arch}")
+        if smem > lim.max_dynamic_smem:
+            out.append(f"kernel of {name}: {smem} bytes of shared memory exceed the "
+                       f"{lim.max_dynamic_smem} bytes a block may use on {lim.arch} "
+                       f"({lim.static_smem} static, the rest as dynamic shared memory by opt-in)")
     return out
 
 
@@ -152,7 +156,10 @@ def _slots(st: Any, stages: Sequence[Any]) -> int:
 
 
 def _launch_of(art: Any) -> dict[str, dict[str, int]]:
-    """Per kernel name: threads per block and blocks (constant launch extents)."""
+    """Per kernel name: threads per block, blocks (constant launch extents) and the dynamic
+    shared memory its launch passes (a kernel above the static 48 KB; ptxas reports only the
+    static part)."""
+    from tecomp.codegen.gpu_shared import dynamic_shared_bytes
     from tecomp.ir.expr import IntImm
 
     out: dict[str, dict[str, int]] = {}
@@ -163,6 +170,7 @@ def _launch_of(art: Any) -> dict[str, dict[str, int]]:
             out[k.name] = {
                 "threads": math.prod(v for t, v in vals.items() if t.startswith("threadIdx")),
                 "blocks": math.prod(v for t, v in vals.items() if t.startswith("blockIdx")),
+                "dynamic_shared_bytes": dynamic_shared_bytes(k, art.target),
             }
     return out
 
@@ -184,8 +192,12 @@ def ptxas_problems(kernels: dict[str, dict[str, Any]], target: Any, allow_spills
         if warps * per_warp > lim.registers_per_sm:
             out.append(f"{name}: {regs} registers x {threads} threads ({warps * per_warp} allocated) "
                        f"exceed the {lim.registers_per_sm} registers a block may use on {lim.arch}")
-        if k.get("shared_bytes", 0) > lim.static_smem:
-            out.append(f"{name}: {k['shared_bytes']} bytes of shared memory exceed {lim.static_smem} on {lim.arch}")
+        static, dynamic = k.get("shared_bytes", 0), k.get("dynamic_shared_bytes", 0)
+        if static > lim.static_smem:
+            out.append(f"{name}: {static} bytes of static shared memory exceed {lim.static_smem} on {lim.arch}")
+        elif static + dynamic > lim.max_dynamic_smem:
+            out.append(f"{name}: {static + dynamic} bytes of shared memory ({static} static, {dynamic} "
+                       f"dynamic) exceed the {lim.max_dynamic_smem} a block may use on {lim.arch}")
         if k.get("stack_frame", 0) > MAX_LOCAL_BYTES:
             out.append(f"{name}: {k['stack_frame']} bytes of local memory per thread (a register "
                        f"tile ptxas could not keep in registers) exceed the {MAX_LOCAL_BYTES} a "

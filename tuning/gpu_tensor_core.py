@@ -17,6 +17,13 @@ memory, so a task whose shapes are not multiples is not offered the sketch at al
 the SIMT sketches). The conv2d sketch (NHWC x HWIO, its own section below) follows the same
 rule, and has no pipeline-depth knob: its shared input patch computes the zero padding while
 it loads, which a cp.async copy cannot.
+
+Shared memory: the sketches bound a block's tiles (times the pipeline's slots) by the target's
+opt-in maximum per block (`GPULimits.max_dynamic_smem`: 163 KiB on sm_80, 99 KiB on sm_86/89,
+227 KiB on sm_90), not by the static 48 KiB: above that codegen puts the kernel's shared
+buffers in dynamic shared memory and the runtime opts the function in
+(`tecomp.codegen.gpu_shared`), so the 128x256 / 256x128 tiles of 3-4 stages that CUTLASS and
+cuBLAS use on A100 / H100 are in the space.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from tecomp.codegen.target import GPULimits
 from tecomp.te.tensor import ComputeOp
 
 from .space import _extent
@@ -41,6 +49,8 @@ TC_PADS = (0, 8)  # elements appended to each shared row (storage_align): 16 byt
 TC_MIN_ARCH = 80
 TC_VEC = 8  # elements per thread and copy: 16 bytes of fp16/bf16
 TC_KNOBS = ("block_m", "block_n", "warps_m", "warps_n", "kstep", "depth", "pad")
+# what `tc_config_problems` allows without a target: sm_80's opt-in maximum per block
+TC_SMEM_LIMIT = GPULimits("sm_80", (8, 0)).max_dynamic_smem
 
 
 def tc_shared_bytes(block: tuple[int, int], kstep: int, depth: int, pad: int, itemsize: int = 2) -> int:
@@ -51,11 +61,12 @@ def tc_shared_bytes(block: tuple[int, int], kstep: int, depth: int, pad: int, it
 
 
 def tc_config_problems(m: int, n: int, k: int, block: tuple[int, int], warps: tuple[int, int],
-                       kstep: int, depth: int, pad: int, smem_limit: int = 48 * 1024) -> list[str]:
+                       kstep: int, depth: int, pad: int, smem_limit: int = TC_SMEM_LIMIT) -> list[str]:
     """Why this configuration does not fit a ``m x n x k`` GEMM (empty: it does): the tiles
     divide the problem exactly (no tails: tensorized tiles cannot be guarded), each warp's
     tile is whole 16x16 fragments, every thread copies whole 16-byte vectors of each shared
-    tile, and the ring fits the static shared memory."""
+    tile, and the ring fits ``smem_limit``: the shared memory a block may use (the target's
+    ``max_dynamic_smem``; by default sm_80's, 163 KiB)."""
     bm, bn = block
     wy, wz = warps
     out = []
@@ -71,7 +82,7 @@ def tc_config_problems(m: int, n: int, k: int, block: tuple[int, int], warps: tu
         out.append(f"depth {depth} / pad {pad} not in {TC_DEPTHS} / {TC_PADS}")
     smem = tc_shared_bytes(block, kstep, depth, pad)
     if smem > smem_limit:
-        out.append(f"{smem} bytes of shared memory exceed the {smem_limit} bytes a block may declare")
+        out.append(f"{smem} bytes of shared memory exceed the {smem_limit} bytes a block may use")
     return out
 
 
@@ -293,7 +304,8 @@ def _tc_threads_fit(bm: int, bn: int, wy: int, wz: int, kstep: int) -> bool:
 
 def tc_build(b: _GpuBuilder, name: str) -> None:
     """The knobs of a tensor-core sketch, each drawn from the values that fit the ones drawn
-    before it (a mutated or given value that no longer fits is redrawn), then the step."""
+    before it (a mutated or given value that no longer fits is redrawn), then the step. The
+    ring (tiles x depth, rows padded) fits the target's opt-in shared memory per block."""
     g = tc_gemm_operands(b._op(name))
     if g is None:
         conv = tc_conv_operands(b._op(name))
@@ -301,7 +313,7 @@ def tc_build(b: _GpuBuilder, name: str) -> None:
         tc_conv_build(b, name, conv)
         return
     m, n, k = g.m, g.n, g.k
-    limit = b.limits.static_smem
+    limit = b.limits.max_dynamic_smem  # above static_smem the kernel's shared memory is dynamic
     bm = b.choice(f"{name}/tc_block_m", tuple(x for x in TC_BLOCKS if m % x == 0))
     bn = b.choice(f"{name}/tc_block_n", tuple(x for x in TC_BLOCKS if n % x == 0))
     wy = b.choice(f"{name}/tc_warps_m", tuple(w for w in TC_WARPS if bm % (16 * w) == 0))
@@ -522,8 +534,9 @@ class TensorCoreConvStep(Step):
 
 
 def tc_conv_build(b: _GpuBuilder, name: str, g: TcConv) -> None:
-    """The knobs of the conv sketch, each drawn from the values that fit those before it."""
-    limit = b.limits.static_smem
+    """The knobs of the conv sketch, each drawn from the values that fit those before it
+    (the patch and weight tiles within the target's opt-in shared memory per block)."""
+    limit = b.limits.max_dynamic_smem
     rx = b.choice(f"{name}/tc_rows_x", tc_conv_rows_x(g.oh, g.ow))
     my = 16 // rx
     grid_y = b.limits.max_grid_dims[1]  # blockIdx.y counts the blocks of rows x columns
@@ -544,7 +557,7 @@ def tc_conv_build(b: _GpuBuilder, name: str, g: TcConv) -> None:
     b.apply(TensorCoreConvStep(name, rx, bh, wy, bn, wz, kstep, pad))
 
 
-__all__ = ["TC_DTYPES", "TC_MIN_ARCH", "TcConv", "TcGemm", "TensorCoreConvStep", "TensorCoreStep",
+__all__ = ["TC_DTYPES", "TC_MIN_ARCH", "TC_SMEM_LIMIT", "TcConv", "TcGemm", "TensorCoreConvStep", "TensorCoreStep",
            "schedule_tensor_core_conv", "schedule_tensor_core_gemm", "tc_build", "tc_config_problems",
            "tc_conv_operands", "tc_conv_rows_x", "tc_conv_shared_bytes", "tc_gemm_operands", "tc_shared_bytes",
            "tensor_core_gemm_schedule"]

@@ -20,8 +20,12 @@ such pointers; cudaMalloc gives 256). Each access claims the alignment its buffe
   extent is not the launch extent of its tag runs under ``if var < extent``. A barrier under
   such a threadIdx guard is rejected: threads beyond the extent would never reach it.
 * ``Allocate`` of scope "shared": an internal ``addrspace(3)`` array (16-byte aligned, constant
-  size); "local": an ``alloca``. Static shared memory above the arch's 48 KB is rejected
-  (ptxas does not check it).
+  size); "local": an ``alloca``. A kernel whose shared memory exceeds the arch's 48 KB of
+  static shared memory puts all of it in the dynamic area instead (`gpu_shared`): each
+  allocation is a 16-byte aligned offset into one ``extern .shared .align 16 .b8
+  __tecomp_dyn_smem[]`` (an external ``addrspace(3)`` ``[0 x i8]``), and `KernelInfo` records
+  the size the launch passes. Above the arch's opt-in maximum (163 KB on sm_80, 227 KB on
+  sm_90) it is rejected (ptxas checks neither limit).
 * ``syncthreads`` -> ``llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)`` (``bar.sync 0``).
 * math -> libdevice (`tecomp.codegen.libdevice`).
 * Masked vector accesses (vector tails, loads inside a vector ``Select``) never use the
@@ -62,6 +66,7 @@ from ..ir.buffer import Buffer
 from ..ir.structural import structural_equal
 from ..te.intrin_cuda import FRAGMENT_SCOPES as _FRAGMENT_SCOPES
 from ..te.intrin_cuda import MMA_CALLS as _MMA_CALLS
+from .gpu_shared import DYNAMIC_SHARED_SYMBOL, shared_allocations, shared_bytes, uses_dynamic_shared
 from .libdevice import emit_gpu_math_call, link_libdevice, needs_libdevice
 from .llvm_base import CodegenLLVM, c_scalar_params, const_elements
 from .llvm_common import I1, I32, I64, PTR, VOID, call_intrinsic, cast, declare, llvm_type, opaque
@@ -231,8 +236,11 @@ class KernelInfo:
     name: str
     launch: dict[str, E.Expr]  # tag -> launch extent (tags not listed: 1)
     threads: int  # threads per block (product of the threadIdx extents)
-    shared_bytes: int  # static shared memory, bytes
+    shared_bytes: int  # static shared memory, bytes (0 when the kernel's is dynamic)
     param_align: list[int]  # bytes each buffer argument's address must be a multiple of
+    # dynamic shared memory a launch must pass (sharedMemBytes; above 48 KB with the opt-in
+    # attribute set), bytes: the kernel's whole shared memory when it exceeds the static limit
+    dynamic_shared_bytes: int = 0
 
 
 class CodegenNVPTX(AsyncCopyMixin, TensorCoreMixin, CodegenLLVM):
@@ -258,6 +266,7 @@ class CodegenNVPTX(AsyncCopyMixin, TensorCoreMixin, CodegenLLVM):
         self._guards: list[str] = []  # threadIdx loops whose guard encloses the current code
         self._smem = 0
         self._n_shared = 0
+        self._dynamic = False  # the current kernel's shared memory is the dynamic area
 
     def data_layout(self) -> str:
         return str(nvptx_target_machine(self.target).target_data)
@@ -267,7 +276,9 @@ class CodegenNVPTX(AsyncCopyMixin, TensorCoreMixin, CodegenLLVM):
         """Generate ``func`` (docs/gpu-ir.md) as a ``ptx_kernel`` of the module."""
         self.check_kernel(func)
         launch, threads = self._launch_extents(func)
+        total = self._check_shared(func)
         self._launch, self._sregs, self._guards, self._smem = launch, {}, [], 0
+        self._dynamic = uses_dynamic_shared(total, self.target.gpu.static_smem)
         nb = len(func.params)
         # scalar parameters (te.vars that are no dim) by value in their own type, after the
         # dims, as on the CPU: i32 -> .param .u32, float -> .param .f32
@@ -292,13 +303,26 @@ class CodegenNVPTX(AsyncCopyMixin, TensorCoreMixin, CodegenLLVM):
         self.stmt(func.body)
         self.b.ret_void()
         self.end_function()
-        limit = self.target.gpu.static_smem
-        if self._smem > limit:
-            raise CodegenError(f"kernel {func.name} declares {self._smem} bytes of shared memory; "
-                               f"{self.target.gpu.arch} allows {limit} bytes of static shared "
-                               "memory per block")
-        self.kernels[func.name] = KernelInfo(func.name, launch, threads, self._smem, align)
+        if self._smem != total:  # gpu_shared's rule is what launches and manifests rely on
+            raise CodegenError(f"internal error: kernel {func.name} allocated {self._smem} bytes "
+                               f"of shared memory, but its layout has {total}")
+        dynamic = self._smem if self._dynamic else 0
+        self.kernels[func.name] = KernelInfo(func.name, launch, threads, self._smem - dynamic,
+                                             align, dynamic)
         return fn
+
+    def _check_shared(self, func: S.PrimFunc) -> int:
+        """The kernel's shared memory in bytes (`gpu_shared.shared_bytes`); a CodegenError
+        above the arch's opt-in maximum per block."""
+        total = shared_bytes(func)
+        gpu = self.target.gpu
+        if total > gpu.max_dynamic_smem:
+            detail = ", ".join(f"{n} {b} B" for n, b in shared_allocations(func))
+            raise CodegenError(
+                f"kernel {func.name} declares {total} bytes of shared memory ({detail}); "
+                f"{gpu.arch} allows {gpu.max_dynamic_smem} bytes per block ({gpu.static_smem} "
+                "static, the rest as dynamic shared memory by opt-in)")
+        return total
 
     def _launch_extents(self, func: S.PrimFunc) -> tuple[dict[str, E.Expr], int]:
         launch = func.attrs.get("launch")
@@ -405,7 +429,9 @@ class CodegenNVPTX(AsyncCopyMixin, TensorCoreMixin, CodegenLLVM):
                 f"({', '.join(map(str, buf.shape))}): {buf.scope} memory in a GPU kernel must have "
                 "a size known at compile time")
         arrty = ir.ArrayType(memty, max(n, 1))
-        if buf.scope == "shared":
+        if buf.scope == "shared" and self._dynamic:
+            ptr = self._dynamic_shared(buf, max(n, 1) * dt.itemsize(buf.dtype))
+        elif buf.scope == "shared":
             # One array per block in shared memory; a generic pointer to it is what the memory
             # code uses, and address-space inference turns its accesses into ld/st.shared.
             self._n_shared += 1
@@ -425,6 +451,25 @@ class CodegenNVPTX(AsyncCopyMixin, TensorCoreMixin, CodegenLLVM):
         self.bind_buffer(buf, ptr, None)
         self.stmt(s.body)
         del self.st.bufs[buf.data]
+
+    def _dynamic_shared(self, buf: Buffer, nbytes: int) -> ir.Value:
+        """A generic pointer to ``buf``'s place in the kernel's dynamic shared area: the next
+        `SHARED_ALIGN`-aligned offset (allocations in the order codegen meets them, no reuse:
+        `gpu_shared`). The area is the module's ``extern .shared .align 16 .b8 []``; its base
+        is 16-byte aligned, so every buffer keeps the alignment `access_align` claims for
+        shared memory (float4, cp.async.cg, ldmatrix rows)."""
+        g = self.module.globals.get(DYNAMIC_SHARED_SYMBOL)
+        if g is None:
+            arrty = ir.ArrayType(ir.IntType(8), 0)
+            g = ir.GlobalVariable(self.module, arrty, DYNAMIC_SHARED_SYMBOL, addrspace=3)
+            g.type = ir.PointerType(addrspace=3)  # llvmlite would print a typed pointer
+            g.linkage = "external"
+            g.align = SHARED_ALIGN
+        off = self._smem
+        self._smem += -(-nbytes // SHARED_ALIGN) * SHARED_ALIGN
+        p = self.st.entry.gep(g, [ir.Constant(I64, off)], inbounds=True,
+                              source_etype=ir.IntType(8), name=f"{buf.name}.dyn")
+        return self.st.entry.addrspacecast(p, PTR, name=buf.name)
 
     # memory accesses ------------------------------------------------------------------------
     def access_align(self, buf: Buffer, index: E.Expr, el: str) -> int:

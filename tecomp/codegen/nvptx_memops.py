@@ -17,10 +17,10 @@ from ..ir.buffer import Buffer
 from ..te.intrin_cuda import LDMATRIX as _LDMATRIX
 from ..te.intrin_cuda import MIN_CC as _MMA_MIN_CC
 from ..te.intrin_cuda import fragment_elements
+from .gpu_shared import SHARED_ALIGN
 from .llvm_base import CodegenLLVM, const_elements
 from .llvm_common import I1, I32, VOID, declare, llvm_type, opaque
 
-SHARED_ALIGN = 16  # bytes: the widest access (float4) of a shared array
 PARAM_ALIGN = 16  # bytes promised for every buffer argument (at most the buffer's own align)
 
 

@@ -71,7 +71,10 @@ class GPULimits:
     """What an NVIDIA architecture allows one kernel launch (per block unless noted).
 
     Shared memory: ``static_smem`` is what a kernel may declare statically; up to
-    ``max_dynamic_smem`` needs the dynamic opt-in. ptxas does not check either.
+    ``max_dynamic_smem`` (the per-block opt-in maximum, CUDA's
+    ``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``) needs dynamic shared memory and the opt-in, which
+    codegen and the runtime do for a kernel above ``static_smem`` (`gpu_shared`). ptxas
+    does not check either.
     """
 
     arch: str

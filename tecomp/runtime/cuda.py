@@ -393,6 +393,8 @@ class CudaModule:
         self._device: CudaDevice | None = None
         self._functions: dict[str, Any] = {}
         self._kernels: dict[str, CudaKernel] = {}
+        # per function name: the dynamic shared memory its CUfunction is opted in to (bytes)
+        self._smem_optin: dict[str, int] = {}
 
     @property
     def is_ptx(self) -> bool:
@@ -576,7 +578,6 @@ class CudaKernel:
         self._c_scalars = [(i, scalar_ctype(chk.params[i]))
                            for i, d in chk._scalars.items() if d is None]
         self._n_args = len(chk._buf_pos) + len(chk.dim_names) + len(self._c_scalars)
-        self._smem_optin = 0
 
     @property
     def params(self) -> tuple[ParamSpec, ...]:
@@ -762,13 +763,17 @@ class CudaKernel:
                 raise TecompError(f"{pre}: block extent {b} on {ax} exceeds the device's {m}")
         if smem > dev.max_shared_per_block_optin:
             raise TecompError(f"{pre}: {smem} B of dynamic shared memory requested; the device "
-                              f"allows {dev.max_shared_per_block_optin} B per block")
-        if smem > dev.max_shared_per_block and smem > self._smem_optin:
-            # above the default 48 KB a kernel must opt in (static + dynamic <= the opt-in max)
+                              f"allows {dev.max_shared_per_block_optin} B per block (opt-in; "
+                              f"{dev.max_shared_per_block} B without it)")
+        optin = self.module._smem_optin
+        if smem > dev.max_shared_per_block and smem > optin.get(self.name, 0):
+            # above the default 48 KB a kernel must opt in (static + dynamic <= the opt-in max);
+            # the attribute belongs to the CUfunction, which every CudaKernel of this name in
+            # the module shares: it only ever grows, so no launch undoes another's opt-in
             _call(dev.drv, "cuFuncSetAttribute", fn,
                   dev.drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                   smem, what=self._what("opting in to dynamic shared memory for", call))
-            self._smem_optin = smem
+            optin[self.name] = smem
         return True
 
     def _launch(self, dev: CudaDevice, fn: Any, call: PreparedCall, params_address: int) -> None:
@@ -939,7 +944,9 @@ class KernelLaunch:
     ``spec``: the entry's own signature; ``launch``: as in `CudaModule.kernel`, over
     ``spec.dims``; ``args``: per entry parameter, its index in the function's arguments
     followed by its intermediates; ``dims``: per entry dim, its index in the function's dims;
-    ``shared_mem``: dynamic shared memory bytes (tecomp's kernels declare theirs statically).
+    ``shared_mem``: dynamic shared memory bytes (``sharedMemBytes``): 0 for a kernel whose
+    shared arrays are static, all its shared memory for one above the static 48 KB
+    (`tecomp.codegen.gpu_shared`), opted in on the function before its first launch.
     """
 
     spec: KernelSpec

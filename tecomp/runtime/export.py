@@ -33,7 +33,6 @@ import datetime
 import functools
 import hashlib
 import json
-import math
 import os
 import re
 import shlex
@@ -47,8 +46,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..codegen.target import Target
 from ..errors import TecompError
-from ..ir import dtype as dt
-from ..ir import stmt as S  # noqa: N812
 from ..ir.stmt import PrimFunc
 from .args import KernelSpec, ParamSpec
 from .loader import (
@@ -346,23 +343,12 @@ def _ptx_header(ptx: str) -> dict[str, Any]:
 
 
 def _static_shared_bytes(func: PrimFunc) -> int:
-    """Shared memory ``func`` declares, by the NVPTX codegen's rule (each array padded to 16
-    bytes): known without ptxas, unlike its report."""
-    from ..ir.functor import StmtVisitor
+    """Shared memory ``func`` declares statically, by the NVPTX codegen's rule (each array
+    padded to 16 bytes; 0 when its shared memory is dynamic, `codegen.gpu_shared`): known
+    without ptxas, unlike its report."""
+    from ..codegen.gpu_shared import static_shared_bytes
 
-    class Shared(StmtVisitor):
-        total = 0
-
-        def visit_Allocate(self, s: S.Allocate) -> None:
-            if s.buffer.scope == "shared":
-                n = math.prod(int(getattr(d, "value", 1)) for d in s.buffer.shape)
-                nbytes = max(n, 1) * dt.itemsize(s.buffer.dtype)
-                self.total += -(-nbytes // 16) * 16
-            super().visit_Allocate(s)
-
-    v = Shared()
-    v.visit_stmt(func.body)
-    return v.total
+    return static_shared_bytes(func)
 
 
 def _extent_json(v: int | str) -> int | str:
@@ -749,7 +735,8 @@ def _cuda_comment(entries: Sequence[Mapping[str, Any]], cuda: Mapping[str, Any])
              " * cuModuleLoadData the cubin of the device's arch (else the PTX), then per function",
              " * cuLaunchKernel each kernel in order with kernelParams = device pointers of the",
              " * listed buffers, then the int64 dims, then the listed scalars by value (in their",
-             " * C type); no dynamic shared memory unless listed."]
+             " * C type), and sharedMemBytes = the dynamic shared memory listed (above 48 KB,",
+             " * after cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) on the function)."]
     for e in entries:
         sig = ", ".join(f"{p['dtype']}{_shape_text(p['shape'])} {p['name']}"
                         + (" (out)" if p["output"] else "")

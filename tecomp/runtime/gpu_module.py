@@ -180,8 +180,11 @@ class GpuFunction:
 def launch_plan(func: PrimFunc, spec: KernelSpec | None = None) -> LaunchPlan:
     """What a call of the cuda function ``func`` (a kernel, or a host function of several,
     docs/gpu-ir.md) launches, as plain data: its kernels in order with their launch extents
-    over the argument dims and their arguments, and the intermediates (what a built function
-    runs and what an exported library's manifest records). ``spec``: ``KernelSpec.of(func)``."""
+    over the argument dims, their arguments and their dynamic shared memory (a kernel whose
+    shared memory exceeds the static 48 KB: `tecomp.codegen.gpu_shared`), and the
+    intermediates (what a built function runs and what an exported library's manifest
+    records). ``spec``: ``KernelSpec.of(func)``."""
+    from ..codegen.gpu_shared import dynamic_shared_bytes
     from .args import ParamSpec, _py_expr
     from .cuda import KernelLaunch, LaunchPlan, launch_spec_of
 
@@ -202,7 +205,8 @@ def launch_plan(func: PrimFunc, spec: KernelSpec | None = None) -> LaunchPlan:
         args = tuple(scalar_slot[kscalars[j]] if p.scalar else slot[next(kbufs).data]
                      for j, p in enumerate(kspec.params))
         launches.append(KernelLaunch(kspec, launch, args,
-                                     tuple(_index_of(func.dim_vars, v) for v in k.dim_vars)))
+                                     tuple(_index_of(func.dim_vars, v) for v in k.dim_vars),
+                                     dynamic_shared_bytes(k)))
     names = dict(zip(func.dim_vars, spec.dims))
     return LaunchPlan(spec, tuple(launches), tuple(
         ParamSpec(b.name, dt.element(b.dtype), tuple(

@@ -264,7 +264,8 @@ def test_conv2d_tensor_core_samples_match_numpy(stride: int) -> None:
         if y is not None and any(isinstance(st, TensorCoreConvStep) for st in y.steps):
             st = _conv_step(y)
             assert 32 % st.kstep == 0 and st.block_n % (16 * st.warps_n) == 0
-            assert tc_conv_shared_bytes(g, st.rows_x, st.block_rows, st.block_n, st.kstep, st.pad) <= 48 * 1024
+            assert tc_conv_shared_bytes(g, st.rows_x, st.block_rows, st.block_n, st.kstep, st.pad) <= \
+                Target.parse(CUDA).gpu.max_dynamic_smem
             task.apply_steps(y.steps)
 
 
@@ -414,22 +415,27 @@ def test_softmax_one_kernel_sketch_is_not_offered_when_a_reduction_has_another_r
 
 
 def test_launch_filter_counts_every_slot_of_a_pipeline_ring() -> None:
-    """128x128 tiles, k-step 32: one slot of A and B is 16 KB; three slots are exactly the
-    48 KB a block may declare, three padded slots are not (and the estimate is ptxas's)."""
-    task = SearchTask(wl.matmul_tc, (128, 128, 64), target=CUDA)
+    """64x256 tiles, k-step 64: one slot of A and B is 40 KB; four slots (160 KB) fit the
+    166912 bytes (163 KB) a block may use on sm_80 (static + dynamic by opt-in), four padded
+    slots (42 KB each) do not, and the estimate is ptxas's; sm_90's 227 KB take both."""
+    task = SearchTask(wl.matmul_tc, (128, 256, 256), target=CUDA)
     tgt = Target.parse(CUDA)
 
-    def problems(depth: int, pad: int) -> list[str]:
-        sch, args = task.apply_steps((TensorCoreStep("C", 128, 128, 2, 2, 32, depth, pad),))
-        return launch_problems(sch, args, tgt)
+    def problems(depth: int, pad: int, target: Target = tgt) -> list[str]:
+        sch, args = task.apply_steps((TensorCoreStep("C", 64, 256, 2, 2, 64, depth, pad),))
+        return launch_problems(sch, args, target)
 
-    assert tc_shared_bytes((128, 128), 32, 3, 0) == 48 * 1024
-    assert problems(3, 0) == [] and problems(2, 8) == []
-    (why,) = problems(3, 8)
-    assert f"{tc_shared_bytes((128, 128), 32, 3, 8)} bytes of shared memory exceed the 49152" in why
-    # double_buffer: two slots (256x128 tiles: 24 KB a slot, 28.5 KB padded)
-    for pad, over in ((0, False), (8, True)):
-        s, (A, B, C) = tensor_core_gemm_schedule(256, 128, 64, block=(256, 128), kstep=32, depth=1, pad=pad)
+    assert tc_shared_bytes((64, 256), 64, 4, 0) == 160 * 1024
+    assert tc_shared_bytes((64, 256), 64, 4, 8) > 166912 > tc_shared_bytes((64, 256), 64, 3, 8)
+    assert problems(4, 0) == [] and problems(3, 8) == []
+    (why,) = problems(4, 8)
+    assert why == (f"kernel of C: {tc_shared_bytes((64, 256), 64, 4, 8)} bytes of shared memory exceed "
+                   "the 166912 bytes a block may use on sm_80 (49152 static, the rest as dynamic shared "
+                   "memory by opt-in)")
+    assert problems(4, 8, Target.parse("cuda -arch=sm_90")) == []
+    # double_buffer: two slots (256x128 tiles padded by 8: 53 KB a slot at k-step 64, 102 KB at 128)
+    for kstep, over in ((64, False), (128, True)):
+        s, (A, B, C) = tensor_core_gemm_schedule(256, 128, 256, block=(256, 128), kstep=kstep, depth=1, pad=8)
         assert launch_problems(s, [A, B, C], tgt) == []
         for st in s.stages:
             if st.op.name.endswith(".shared"):
@@ -437,13 +443,13 @@ def test_launch_filter_counts_every_slot_of_a_pipeline_ring() -> None:
         why2 = launch_problems(s, [A, B, C], tgt)
         assert bool(why2) is over
         if over:
-            assert f"{2 * tc_shared_bytes((256, 128), 32, 1, 8)} bytes of shared memory" in why2[0]
+            assert f"{2 * tc_shared_bytes((256, 128), kstep, 1, 8)} bytes of shared memory exceed the 166912" in why2[0]
 
 
 def test_a_ring_over_the_shared_memory_limit_is_recorded_not_built(tmp_path: Path, standin: None) -> None:
-    task = SearchTask(wl.matmul_tc, (128, 128, 128), target=CUDA)
-    deep = (TensorCoreStep("C", 128, 128, 2, 2, 32, 4, 0),)  # 4 slots of 16 KB
-    ok = (TensorCoreStep("C", 64, 64, 2, 2, 32, 4, 0),)  # 4 slots of 8 KB
+    task = SearchTask(wl.matmul_tc, (256, 128, 128), target=CUDA)
+    deep = (TensorCoreStep("C", 256, 128, 4, 2, 64, 4, 0),)  # 4 slots of 48 KB: over sm_80's 163 KB
+    ok = (TensorCoreStep("C", 128, 128, 2, 2, 32, 4, 0),)  # 4 slots of 16 KB: dynamic shared memory
     builder, runner = GpuBuilder(n_workers=1), EmulatingRunner(timeout=60)
     try:
         inputs = [MeasureInput(task, deep), MeasureInput(task, ok)]
@@ -455,7 +461,8 @@ def test_a_ring_over_the_shared_memory_limit_is_recorded_not_built(tmp_path: Pat
     assert builds[0].artifact is None and builds[1].artifact is not None
     assert results[0].error == MeasureErrorNo.RESOURCE_LIMIT
     # refused by the launch check, before lowering and ptxas
-    assert results[0].error_msg.startswith("cannot launch: kernel of C: 65536 bytes of shared memory exceed")
+    assert results[0].error_msg.startswith("cannot launch: kernel of C: 196608 bytes of shared memory exceed "
+                                           "the 166912 bytes")
     assert results[1].error == MeasureErrorNo.NO_ERROR, results[1].error_msg
     log = tmp_path / "ring.jsonl"
     with RecordWriter(str(log)) as w:
