@@ -169,8 +169,11 @@ def test_short_tune_measures_and_verifies_relayout_candidates(tmp_path: Path,
     builder, runner = pools
     task = SearchTask(workloads.conv2d, (1, 4, 9, 9, 8, 3, 3, 2, 1))
     log = str(tmp_path / "conv.jsonl")
+    # a small search and no final re-timing (test_tune covers remeasure): the relayout
+    # sketches are drawn by the fresh samples of every batch all the same
     tuning.tune([task], trials=16, log=log, seed=0, batch_size=8, builder=builder, runner=runner,
-                progress=False)
+                progress=False, remeasure=0,
+                search=tuning.SearchOptions(population=16, generations=1, fresh_pool=16))
     recs = load_records(log, task)
     relayout = [r for r in recs if any(isinstance(st, LayoutCacheWriteStep) for st in r.steps)]
     # the default space hands the relayout sketches to the search, and the runner checked each

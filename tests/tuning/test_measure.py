@@ -70,7 +70,7 @@ def test_tuning_completes_despite_faults(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(EvolutionarySearch, "next_batch", next_batch)
     log = str(tmp_path / "faults.jsonl")
     res = tuning.tune([task], trials=8, log=log, seed=1, batch_size=4, builder=builder,
-                      runner=runner, search=tuning.SearchOptions(population=16, generations=1),
+                      runner=runner, search=tuning.SearchOptions(population=16, generations=1, fresh_pool=16),
                       progress=False)[0]
     recs = load_records(log, task)
     errors = {r.error.name for r in recs}

@@ -21,7 +21,7 @@ from tuning.measure import BuildResult, LocalBuilder, LocalRunner, MeasureInput,
 from tuning.protocols import Builder, Runner, check_builder, check_runner
 from tuning.records import load_records
 
-SMALL = tuning.SearchOptions(population=16, generations=1)
+SMALL = tuning.SearchOptions(population=16, generations=1, fresh_pool=16)
 
 
 @pytest.fixture(scope="module")

@@ -75,7 +75,7 @@ def test_tune_through_ray_writes_local_records_and_resumes(tmp_path: Path, clust
                                                            builder: LocalBuilder) -> None:
     task = tuning.SearchTask(wl.matmul, (32, 32, 32))
     log = str(tmp_path / "ray.jsonl")
-    opts = tuning.SearchOptions(population=16, generations=1)
+    opts = tuning.SearchOptions(population=16, generations=1, fresh_pool=16)
     (res,) = tuning.tune([task], trials=8, log=log, seed=3, batch_size=4, builder=builder,
                          runner=cluster, search=opts, progress=False, remeasure=0)
     recs = load_records(log, task)
@@ -123,7 +123,7 @@ def test_losing_the_cluster_stops_tuning_with_a_log_that_resumes(
     runner = cluster
     task = tuning.SearchTask(wl.add_one, (1000,))
     log = str(tmp_path / "lost.jsonl")
-    opts = tuning.SearchOptions(population=16, generations=1)
+    opts = tuning.SearchOptions(population=16, generations=1, fresh_pool=16)
     calls = {"n": 0}
     original = runner._measure
 

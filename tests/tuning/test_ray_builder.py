@@ -169,7 +169,7 @@ def test_tune_builds_and_measures_on_the_cluster(tmp_path: Path, runner: RayRunn
     task = tuning.SearchTask(wl.matmul, TASK_ARGS)
     log = str(tmp_path / "rb.jsonl")
     (res,) = tuning.tune([task], trials=4, log=log, seed=1, batch_size=4, builder=builder, runner=runner,
-                         search=tuning.SearchOptions(population=16, generations=1), progress=False,
+                         search=tuning.SearchOptions(population=16, generations=1, fresh_pool=16), progress=False,
                          remeasure=0)
     recs = load_records(log, task)
     assert len(recs) == res.trials == 4 and any(r.valid for r in recs)

@@ -187,7 +187,7 @@ def test_tune_template_and_apply_best(tmp_path: Path, pools: tuple[LocalBuilder,
     builder, runner = pools
     task = tuning.SearchTask(tt.matmul_tmpl, (32, 48, 16))
     log = str(tmp_path / "t.jsonl")
-    small = tuning.SearchOptions(population=16, generations=1)
+    small = tuning.SearchOptions(population=16, generations=1, fresh_pool=16)
     res = tuning.tune([task], trials=8, log=log, seed=0, batch_size=8, builder=builder,
                       runner=runner, search=small, progress=False)[0]
     assert res.trials == 8 and np.isfinite(res.best_cost), res.errors
@@ -218,7 +218,7 @@ def test_tune_stops_when_the_space_is_exhausted(tmp_path: Path, pools: tuple[Loc
     task = tuning.SearchTask(tt.vector_knob, (64,))  # 8 configs, 2 of them rejected
     log = str(tmp_path / "v.jsonl")
     res = tuning.tune([task], trials=16, log=log, seed=0, batch_size=8, builder=builder, runner=runner,
-                      search=tuning.SearchOptions(population=8, generations=1), progress=False)[0]
+                      search=tuning.SearchOptions(population=8, generations=1, fresh_pool=8), progress=False)[0]
     assert res.trials == 6 and res.errors == {"NO_ERROR": 6}
 
 

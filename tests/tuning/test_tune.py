@@ -42,11 +42,11 @@ def test_short_tune_finds_a_correct_schedule(tmp_path: Path, pools: tuple[LocalB
                       runner=runner, search=small, progress=False)[0]
     assert res.trials == 16 and res.new_trials == 16 and np.isfinite(res.best_cost)
     assert len({r.key for r in load_records(log, task)}) == 16
-    # the best candidates were timed again, twice; the winner is judged on its re-timings
-    # (its first timing, which selected it, left out: test_honest_best.py)
+    # the best candidates were timed again, twice or more; the winner is judged on its
+    # re-timings (its first timing, which selected it, left out: test_honest_best.py)
     rec = tuning.records.best_record(log, task)
     same = sorted((r for r in load_records(log, task) if r.key == rec.key), key=lambda r: r.timestamp)
-    assert len(same) == 3 and rec.costs == tuple(c for r in same[1:] for c in r.costs)
+    assert len(same) >= 3 and rec.costs == tuple(c for r in same[1:] for c in r.costs)
     assert res.best_cost == pytest.approx(float(np.mean([r.mean for r in same[1:]])), rel=1e-9)
     s, args = task.apply_best(log)
     best = tc.build(s, args, name="best")
@@ -72,7 +72,7 @@ SCRIPT = textwrap.dedent("""
     if __name__ == "__main__":
         task = tuning.SearchTask(wl.matmul, (32, 32, 32))
         tuning.tune([task], trials=int(sys.argv[2]), log=sys.argv[1], seed=0, batch_size=2,
-                    search=tuning.SearchOptions(population=16, generations=1), progress=False)
+                    search=tuning.SearchOptions(population=16, generations=1, fresh_pool=16), progress=False)
         print("finished")
 """)
 
@@ -119,7 +119,7 @@ def test_interrupt_and_kill_then_resume_lose_nothing(tmp_path: Path,
     builder, runner = pools
     total = len(second) + 3
     res = tuning.tune([task], trials=total, log=str(log), seed=0, batch_size=2, builder=builder,
-                      runner=runner, search=tuning.SearchOptions(population=16, generations=1),
+                      runner=runner, search=tuning.SearchOptions(population=16, generations=1, fresh_pool=16),
                       progress=False)[0]
     final = [r.key for r in load_records(str(log))]
     assert res.new_trials == 3 and res.trials == total
@@ -134,7 +134,7 @@ class _SlowSpell(LocalRunner):
     this machine is today."""
 
     def __init__(self, n: int) -> None:
-        super().__init__()
+        super().__init__(min_repeat_ms=5.0)  # as the pools' runner: a 1e6 factor needs no more
         self.n = n
         self.seen: set[str] = set()
         self.retimed: list[str] = []
@@ -164,7 +164,7 @@ def test_remeasure_retimes_a_candidate_that_overtakes_the_retimed_best(
     log = str(tmp_path / "mm.jsonl")
     try:
         res = tuning.tune([task], trials=16, log=log, seed=0, builder=builder, runner=runner,
-                          search=tuning.SearchOptions(population=16, generations=1),
+                          search=tuning.SearchOptions(population=16, generations=1, fresh_pool=16),
                           progress=False, remeasure=4)[0]
     finally:
         runner.close()
@@ -200,7 +200,7 @@ def test_two_tasks_share_a_budget_and_resume(tmp_path: Path,
     builder, runner = pools
     tasks = [tuning.SearchTask(wl.matmul, (32, 32, 32)), tuning.SearchTask(wl.elementwise, (64, 64))]
     log = str(tmp_path / "two.jsonl")
-    small = tuning.SearchOptions(population=16, generations=1)
+    small = tuning.SearchOptions(population=16, generations=1, fresh_pool=16)
     kw = dict(log=log, seed=0, batch_size=4, builder=builder, runner=runner, search=small,
               progress=False, weights=[1.0, 4.0])
     t0 = time.perf_counter()
@@ -291,7 +291,7 @@ def test_warm_start_pretrains_the_model(tmp_path: Path, pools: tuple[LocalBuilde
     with pytest.warns(RuntimeWarning, match="no_such_module_xyz"):
         (res,) = tuning.tune([task], trials=4, log=str(log), seed=0, batch_size=4, builder=builder,
                              runner=runner, cost_model=model, progress=False, warm_start=str(old),
-                             search=tuning.SearchOptions(population=16, generations=1))
+                             search=tuning.SearchOptions(population=16, generations=1, fresh_pool=16))
     # trained on both tasks' old records before the first batch was chosen
     assert model.first == (16, True)
     assert elites and set(elites) <= set(old_keys[10:])  # this task's old records seed the search

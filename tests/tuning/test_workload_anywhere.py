@@ -34,7 +34,8 @@ WORKLOAD = textwrap.dedent('''\
 
 TUNE = textwrap.dedent('''\
     task = tuning.SearchTask(scale_add, args=(24, 40))
-    (res,) = tuning.tune([task], trials=4, batch_size=4, remeasure=0, log=LOG, progress=False)
+    (res,) = tuning.tune([task], trials=4, batch_size=4, remeasure=0, log=LOG, progress=False,
+                         search=tuning.SearchOptions(population=8, generations=1, fresh_pool=8))
     print("ERRORS", sorted(res.errors))
     s, args = task.apply_best(LOG)
     import tecomp as tc

@@ -58,7 +58,7 @@ def test_new_workloads_tune_and_verify(tmp_path: Path) -> None:
     tasks = [tuning.SearchTask(wl.dense_relu, (16, 32, 24)), tuning.SearchTask(wl.layer_norm, (16, 64))]
     log = str(tmp_path / "wl.jsonl")
     res = tuning.tune(tasks, trials=8, batch_size=4, log=log, progress=False, remeasure=0,
-                      search=tuning.SearchOptions(population=8, generations=1))
+                      search=tuning.SearchOptions(population=8, generations=1, fresh_pool=8))
     assert all(r.trials >= 1 for r in res)
     rng = np.random.default_rng(2)
     for task in tasks:  # every task's best, rebuilt from the log, computes what the default does
