@@ -66,9 +66,11 @@ from .space_rules import (
     _scan,
     _vars_in,
     draw_cache_columns,
+    draw_microkernel,
     draw_reduce_order,
     draw_register_tile,
     factorizations,
+    gemm_like,
     mutate_tile,
     relayout_rule,
     sample_tile,
@@ -334,6 +336,7 @@ class _Builder:
                     tile_layout[p.stage] = (compute, p)
                     continue
                 if p.cache_write:
+                    self._microkernel_prior(p)  # before the pack knobs are drawn
                     self.apply(CacheWriteStep(p.stage, "local"))
                     compute = f"{p.stage}.local"
                     tile_consumer[p.stage] = (compute, p)
@@ -359,6 +362,37 @@ class _Builder:
             else:
                 self._simple(name)
             done.add(name)
+
+    def _microkernel_prior(self, plan: StagePlan) -> None:
+        """A fresh candidate of a GEMM-like output reduction (`space_rules.gemm_like`) mostly
+        (`space_rules.MICROKERNEL_PRIOR`) draws its knobs together as BLIS lays a GEMM out
+        (`space_rules.draw_microkernel`): a register tile sized to the target's vector
+        registers (6 x 16 floats on AVX2, 6 x 64 on AVX-512: uniform tile draws mostly spill
+        or leave FMA ports idle), k blocks around it, the accumulator at the inner tile loop,
+        vectorized, the outer loops fused in parallel and B packed per cache block. All are
+        ordinary knobs: given or mutated values stay, and records replay them."""
+        if self.rng is None or plan.relayout is not None or plan.consumer is not None:
+            return
+        op = self.state.stage(plan.stage).op
+        assert isinstance(op, ComputeOp)
+        key = plan.stage
+        n = len(op.axis)
+        ki, kj, kr = f"{key}/S{n - 2}", f"{key}/S{n - 1}", f"{key}/R{len(op.reduce_axis) - 1}"
+        if any(k in self.params for k in (ki, kj, kr)) or not gemm_like(op):
+            return
+        from tecomp.codegen.target import Target
+
+        tiles = draw_microkernel(_extent(op.axis[-2]), _extent(op.axis[-1]), _extent(op.reduce_axis[-1]),
+                                 Target.parse(self.state.task.target).vector_bits, self.rng)
+        if tiles is None:
+            return
+        drawn: dict[str, Any] = {ki: tiles["i"], kj: tiles["j"], kr: tiles["k"],
+                                 f"{key}/at": 1, f"{key}/vec": 1, f"{key}/par": n, f"{key}/unroll": 16}
+        # the other reductions (none in a GEMM) run whole outside the k block
+        drawn.update({f"{key}/R{d}": (1,) for d in range(len(op.reduce_axis) - 1)})
+        drawn.update({f"{key}/S{d}": (1, 1, 1) for d in range(n - 2)})  # batch axes: one matrix per tile
+        drawn.update({f"{key}/pack_{t}": 1 for t in plan.pack})
+        self.params = {**drawn, **self.params}
 
     def _cache_packs(self, compute: str, plan: StagePlan) -> None:
         """cache_read the packable inputs the knobs ask for (placed by `_place_packs` once

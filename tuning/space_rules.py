@@ -423,17 +423,22 @@ def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
     micro-kernels of one row block (S2 of the columns), a cache block of ``mc`` rows (S1 of
     the rows: its B slice, kc x nc, is reread from cache by all of them) and a ``kc`` k block
     (the A piece, mr x kc, stays in L1 across the row's micro-kernels). ``mr`` need not divide
-    ``ei`` (6 rows on AVX2): the last block is partial. Keys "i", "j", "k"; None when no
-    shape fits."""
+    ``ei`` (6 rows on AVX2): the last block is partial. Keys "i", "j", "k"; None for the
+    share ``1 - MICROKERNEL_PRIOR`` of the draws, when no shape fits, or when no cache block
+    of `MICROKERNEL_NC` columns divides ``ej`` (a GEMM that small fits the caches whole, and
+    its few blocked candidates would mostly repeat)."""
     lanes = max(vector_bits // 32, 1)
-    shapes = microkernel_shapes(lanes, vector_registers(vector_bits), ej)[:3]
-    if not shapes:
+    # a small GEMM (no cache block of columns): cache blocks are moot, and the uniform draws
+    # cover its tiles; decided before any draw, so its candidates are sampled as before
+    shapes = [(mr, nv) for mr, nv in microkernel_shapes(lanes, vector_registers(vector_bits), ej)[:3]
+              if any(c % (nv * lanes) == 0 and ej % c == 0 for c in MICROKERNEL_NC)]
+    if not shapes or rng.random() >= MICROKERNEL_PRIOR:
         return None
     # mostly the best shape; the next ones in case the model prefers them on this machine
     w = np.array([4.0, 2.0, 1.0][:len(shapes)])
     mr, nv = shapes[int(rng.choice(len(shapes), p=w / w.sum()))]
     nr = nv * lanes
-    ncs = [c for c in MICROKERNEL_NC if c % nr == 0 and ej % c == 0] or [nr]
+    ncs = [c for c in MICROKERNEL_NC if c % nr == 0 and ej % c == 0]
     nc = ncs[int(rng.integers(len(ncs)))]
     mc = MICROKERNEL_MC[int(rng.integers(len(MICROKERNEL_MC)))] // mr * mr
     mc = max(min(mc, ei // mr * mr), mr)

@@ -1,0 +1,118 @@
+"""The GEMM micro-kernel: register-file-sized tiles (`tuning.space_rules.microkernel_shapes`),
+the hand schedule of benchmarks/gemm.py built from them, and the tuner's prior that draws
+them (`tuning.space_rules.draw_microkernel`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import tecomp as tc
+import tuning
+from tecomp.codegen.target import Target
+from tuning import workloads
+from tuning.space import space_for
+from tuning.space_rules import gemm_like, microkernel_shapes, vector_registers
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
+
+from gemm import gemm_schedule, inner_loop_stats, microkernel  # noqa: E402
+
+
+@pytest.mark.parametrize("bits", [256, 512])
+def test_shapes_fit_the_register_file(bits: int) -> None:
+    lanes, regs = bits // 32, vector_registers(bits)
+    shapes = microkernel_shapes(lanes, regs, 1024)
+    assert shapes
+    for mr, nv in shapes:
+        assert mr * nv + nv + 1 <= regs  # accumulators + B vectors + the broadcast
+        assert 1024 % (nv * lanes) == 0
+    # AVX2: 6 rows x 2 ymm (12 of 16 registers); AVX-512: 6 rows x 4 zmm (24 of 32)
+    assert shapes[0] == ((6, 2) if bits == 256 else (6, 4))
+
+
+def test_microkernel_from_target() -> None:
+    assert microkernel(1024, "llvm -mcpu=znver1") == (6, 16)
+    assert microkernel(1024, "llvm -mcpu=skylake-avx512") == (6, 64)
+    mr, nr = microkernel(1024)  # the host: whatever it is, the tile fits its registers
+    bits = Target.host().vector_bits
+    nv = nr // (bits // 32)
+    assert mr * nv + nv + 1 <= vector_registers(bits)
+
+
+@pytest.mark.parametrize("n,m,k,nc,kc", [(50, 128, 64, 64, 32), (24, 64, 96, 64, 96)])
+def test_hand_schedule_matches_numpy(n: int, m: int, k: int, nc: int, kc: int) -> None:
+    mr, nr = microkernel(m)
+    if m % nr:
+        pytest.skip(f"{nr}-column micro-kernel does not divide {m}")
+    s, params = gemm_schedule(n, m, k, nc=nc, kc=kc)
+    f = tc.build(s, params, target="llvm")
+    rng = np.random.default_rng(0)
+    a = rng.random((n, k), dtype=np.float32)
+    b = rng.random((k, m), dtype=np.float32)
+    c = np.zeros((n, m), np.float32)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4)
+
+
+def test_hand_schedule_keeps_accumulators_in_registers() -> None:
+    """The micro-kernel loop of the host's schedule: mr x nv FMAs, mr broadcasts, nv loads,
+    no stack traffic (the accumulators are not spilled)."""
+    n = m = 256
+    mr, nr = microkernel(m)
+    s, params = gemm_schedule(n, m, 128, nc=128, kc=64)
+    asm = tc.build(s, params, target="llvm").get_source("asm")
+    st = inner_loop_stats(asm)
+    nv = nr // (Target.host().vector_bits // 32)
+    assert st["stack"] == 0, st
+    assert st["fma"] % (mr * nv) == 0 and st["fma"] > 0, st
+    assert st["broadcast"] * nv == st["fma"], st
+
+
+def test_stats_see_spills() -> None:
+    asm = ".LBB0_1:\n\tvmovups\t(%rsp), %ymm1\n\tvfmadd231ps\t%ymm1, %ymm2, %ymm3\n\tjne\t.LBB0_1\n"
+    assert inner_loop_stats(asm) == {"fma": 1, "broadcast": 0, "load": 1, "stack": 1, "other": 1}
+
+
+def test_gemm_like() -> None:
+    def op(wl, *args):
+        return wl(*args)[-1].op
+
+    assert gemm_like(op(workloads.matmul, 64, 64, 64))
+    assert gemm_like(op(workloads.batch_matmul, 2, 32, 32, 32))
+    assert not gemm_like(op(workloads.conv2d, 1, 8, 16, 16, 8, 3, 3, 1, 1))
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=znver1", "llvm -mcpu=skylake-avx512"])
+def test_tuner_draws_the_microkernel(target: str) -> None:
+    """Fresh samples of the matmul space hold register tiles of the target's micro-kernel,
+    with a k block, and build to the right result (on the host)."""
+    n = 128
+    task = tuning.SearchTask(workloads.matmul, (n, n, n), target=target)
+    sp = space_for(task)
+    rng = np.random.default_rng(0)
+    bits = Target.parse(target).vector_bits
+    lanes, regs = bits // 32, vector_registers(bits)
+    found = []
+    for _ in range(40):
+        c = sp.instantiate(0, {}, rng)
+        assert c is not None
+        d = c.param_dict
+        si, sj = d["C/S0"], d["C/S1"]
+        if si[1] == 1 and sj[0] == 1 and sj[2] % lanes == 0 and d["C/at"] == 1 and d["C/vec"] == 1:
+            mr, nv = si[2], sj[2] // lanes
+            if (mr, nv) in microkernel_shapes(lanes, regs, n)[:3]:
+                found.append(c)
+    assert len(found) >= 5
+    if target != "llvm":  # other CPUs' code may not run here
+        return
+    s, params = task.apply_steps(found[0].steps)
+    f = tc.build(s, params, target="llvm")
+    a = rng.random((n, n), dtype=np.float32)
+    b = rng.random((n, n), dtype=np.float32)
+    c_out = np.zeros((n, n), np.float32)
+    f(a, b, c_out)
+    np.testing.assert_allclose(c_out, a @ b, rtol=1e-4)
