@@ -62,7 +62,6 @@ def test_tune_show_export_load(tmp_path, capsys):
 def test_workload_from_a_user_file(tmp_path):
     (tmp_path / "my_ops.py").write_text(textwrap.dedent("""
         import tuning
-from tuning.remeasure import ROUNDS
         from tecomp import te
 
         @tuning.register_workload
