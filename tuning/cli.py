@@ -322,14 +322,8 @@ def cmd_export(ns: argparse.Namespace) -> int:
         if task.prepack:
             # the kernel takes the packed weights; each pre-transform makes one, once per weight
             pp = prepacked_steps(task, rec.steps)
-            items.append((pp.schedule, pp.args, name))
-            for h in pp.packs:
-                items.append((h.schedule, h.args, pp.pack_name(name, h)))
-                prov[pp.pack_name(name, h)] = {
-                    "pre_transform_of": name, "makes": h.packed.name, "from": h.source.name,
-                    "order": list(h.order),
-                    "note": f"run once per value of {h.source.name}; pass its output to {name} as "
-                            f"{h.packed.name}"}
+            items += pp.functions(name)
+            prov.update(pp.provenance(name))
         else:
             s, args = task.apply_steps(rec.steps)
             items.append((s, args, name))

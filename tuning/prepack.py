@@ -73,22 +73,30 @@ class Prepacked:
         `export_library` writes them."""
         import tecomp as tc
 
-        funcs = [(self.schedule, self.args, name)]
-        funcs += [(h.schedule, h.args, self.pack_name(name, h)) for h in self.packs]
-        return tc.build(funcs, target=target)
+        return tc.build(self.functions(name), target=target)
+
+    def functions(self, name: str = "main") -> list[tuple[Schedule, list[Tensor], str]]:
+        """``(schedule, args, function name)`` of the kernel (``name``) and each pre-transform
+        (`pack_name`): what `build` builds, and what ``tecomp export`` adds to its library."""
+        return [(self.schedule, self.args, name),
+                *((h.schedule, list(h.args), self.pack_name(name, h)) for h in self.packs)]
+
+    def provenance(self, name: str = "main") -> dict[str, dict[str, Any]]:
+        """Per pre-transform of kernel ``name``: which kernel argument it makes, from which
+        input, and that it runs once per weight (a manifest's ``kernel_provenance``)."""
+        return {self.pack_name(name, h): {
+            "pre_transform_of": name, "makes": h.packed.name, "from": h.source.name,
+            "order": list(h.order),
+            "note": f"run once per value of {h.source.name}; pass its output to {name} as "
+                    f"{h.packed.name}"} for h in self.packs}
 
     def export_library(self, path: str | os.PathLike[str], name: str = "main", target: str = "llvm",
                        provenance: Mapping[str, Any] | None = None) -> LibraryFiles:
         """Build (`build`) and export the kernel and its pre-transforms as one library; the
         manifest says of each pre-transform which kernel argument it makes, from which input,
         and that it runs once per weight (``kernel_provenance``)."""
-        about = {self.pack_name(name, h): {
-            "pre_transform_of": name, "makes": h.packed.name, "from": h.source.name,
-            "order": list(h.order),
-            "note": f"run once per value of {h.source.name}; pass its output to {name} as "
-                    f"{h.packed.name}"} for h in self.packs}
         return self.build(name, target).export_library(path, provenance=provenance,
-                                                        kernel_provenance=about)
+                                                        kernel_provenance=self.provenance(name))
 
 
 def prepack_schedule(sch: Schedule, args: Sequence[Tensor], stages: Sequence[str],
