@@ -120,7 +120,8 @@ def tune_layer(args: tuple[int, ...], space: str, trials: int, log: str, seed: i
     finally:
         SearchSpace.make_sketches = orig  # type: ignore[method-assign]
     s, _ = task.apply_best(log)
-    uses = any(st.op.name == "kernel.pack" for st in s.stages)
+    # a prepack task's apply_best packs at root into "kernel_pack"
+    uses = any(st.op.name in ("kernel.pack", "kernel_pack") for st in s.stages)
     return wall, "relayout" if uses else "plain layout"
 
 

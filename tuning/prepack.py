@@ -13,8 +13,11 @@ becomes a pre-transform the user runs once per weight.
 >>> fpack(w, wp); f(x, wp, out)                                            # doctest: +SKIP
 >>> pp.export_library("out/conv.so", name="conv")  # "conv" and "conv_pack_kernel"  # doctest: +SKIP
 
-The tuner still times each candidate with its copy inside (`tuning.measure` is unchanged):
-the record chosen is the fastest with the copy, and the hoisted kernel is that kernel minus it.
+A plain task times each candidate with its copy inside: the record chosen is the fastest with
+the copy, and the hoisted kernel is that kernel minus it. A prepack task
+(``SearchTask(..., prepack=True)``) times the hoisted kernel itself; its `SearchTask.apply_best`
+(the plain-argument kernel) packs once per call at root (`packed_once_steps`), since where its
+steps put the copy was never timed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tecomp.te.layout import HoistedLayout, hoist_layout, tile_block
+from tecomp.te.layout import HoistedLayout, hoist_layout, pack_at_root, tile_block
 from tecomp.te.schedule import Schedule
 from tecomp.te.tensor import Tensor
 
@@ -138,6 +141,22 @@ def prepacked_steps(task: SearchTask, steps: Sequence[Step], blocked: bool = Tru
     return prepack_schedule(sch, args, layout_copies(steps), blocked)
 
 
+def packed_once_steps(task: SearchTask, steps: Sequence[Step]) -> tuple[Schedule, list[Tensor]]:
+    """``(schedule, args)`` of ``steps`` on the task's own (plain) arguments, each layout copy
+    of an input computed once per call at root in the blocked layout the tile loop reads
+    (`tecomp.te.layout.pack_at_root`), not where the steps put it.
+
+    What `SearchTask.apply_best` returns for a prepack task: that objective ranked the kernel
+    with its weights packed outside, so where the steps compute the copy was never timed and
+    can repeat it per tile (3-4x slower on a ResNet 3x3 layer); this costs one pass over the
+    weight per call instead. Without layout copies it is the steps' schedule as it is.
+    """
+    sch, args = task.apply_steps(steps)
+    for name in layout_copies(steps):
+        pack_at_root(sch, name, tile_block(sch, name))
+    return sch, args
+
+
 def prepacked_best(task: SearchTask, log: str, blocked: bool = True) -> Prepacked:
     """The best record of ``task`` in ``log`` (as `SearchTask.apply_best`), its weight copies
     hoisted out: a kernel taking the packed weight, and the pre-transform that packs it.
@@ -150,4 +169,5 @@ def prepacked_best(task: SearchTask, log: str, blocked: bool = True) -> Prepacke
     return prepacked_steps(task, best_record(log, task).steps, blocked)
 
 
-__all__ = ["Prepacked", "layout_copies", "prepack_schedule", "prepacked_best", "prepacked_steps"]
+__all__ = ["Prepacked", "layout_copies", "packed_once_steps", "prepack_schedule", "prepacked_best",
+           "prepacked_steps"]

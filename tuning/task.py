@@ -360,11 +360,20 @@ class SearchTask:
     def apply_best(self, log: str) -> tuple[Schedule, list[Tensor]]:
         """The schedule of the fastest valid record of this task in ``log``, ready for tc.build.
 
+        Its arguments are the task's own. For a prepack task (ranked with its weights packed
+        outside the kernel) that kernel packs them itself, once per call at root
+        (`tuning.prepack.packed_once_steps`); `tuning.prepacked_best` gives the ranked kernel
+        on packed weights and the pre-transform that packs them, to run once.
+
         Raises `tuning.records.NoValidRecordError` when the log has none for this task.
         """
         from .records import best_record
 
         rec = best_record(log, self)
+        if self.prepack:
+            from .prepack import packed_once_steps
+
+            return packed_once_steps(self, rec.steps)
         return self.apply_steps(rec.steps)
 
 

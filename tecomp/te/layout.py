@@ -11,7 +11,9 @@ user's arrays keep their layout and the transform is a stage of the kernel.
 
 ``hoist_layout(s, W_pack)`` takes such a copy of a constant input out of the kernel: the copy
 stage becomes an input placeholder (the kernel is passed the packed array), and the copy itself
-is returned as a separate pre-transform to build and run once (see `HoistedLayout`).
+is returned as a separate pre-transform to build and run once (see `HoistedLayout`);
+``pack_at_root(s, W_pack)`` keeps it in the kernel but makes it one pass, at root, in the same
+blocked layout.
 """
 
 from __future__ import annotations
@@ -216,15 +218,9 @@ class _BlockLoads(ExprMutator):
                       self.visit(e.condition), e.value_index, tuple(self.visit(x) for x in e.init))
 
 
-def _pack_schedule(src: Tensor, order: tuple[int, ...], block: tuple[int | None, ...],
-                   name: str) -> tuple[Schedule, list[Tensor]]:
-    """The pre-transform: ``src`` permuted by ``order`` (and blocked by ``block``), scheduled
-    like the relayout's repack (benchmarks/conv_layouts.py): when the copy's innermost
-    dimension is strided in ``src``, it walks blocks of 8 along it with the other dimensions
-    inside, so the 8 source rows read stay in cache and each store is one vector. On one
-    core: it runs once, and a parallel copy this short mostly measures thread wake-up."""
-    from .schedule import create_schedule
-
+def _pack_compute(src: Tensor, order: tuple[int, ...], block: tuple[int | None, ...],
+                  name: str) -> Tensor:
+    """``src`` permuted by ``order`` and blocked by ``block``, as a compute tensor."""
     perm_shape = [src.shape[d] for d in order]
     n = len(order)
     blocked = [k for k in range(n) if block[k] is not None]
@@ -241,17 +237,83 @@ def _pack_schedule(src: Tensor, order: tuple[int, ...], block: tuple[int | None,
             idx[d] = copy_idx[k]
         return src[tuple(idx)]
 
-    out = compute(tuple(shape), body, name=name)
-    s = create_schedule(out.op)
-    axes = list(out.op.axis)
-    last = inner_ext[-1]
+    return compute(tuple(shape), body, name=name)
+
+
+def _schedule_pack(st: Stage, order: tuple[int, ...], block: tuple[int | None, ...]) -> None:
+    """Schedule the copy ``st`` (made by `_pack_compute`) like the relayout's repack
+    (benchmarks/conv_layouts.py): when the copy's innermost dimension is strided in the
+    source, it walks blocks of 8 along it with the other dimensions inside, so the 8 source
+    rows read stay in cache and each store is one vector. On one core: it runs once per
+    weight (or once per call), and a parallel copy this short mostly measures thread wake-up."""
+    n = len(order)
+    nblocked = sum(b is not None for b in block)
+    axes = list(st.op.axis)  # type: ignore[attr-defined]
+    last = st.op.output(0).shape[-1]
     if len(axes) >= 2 and order[-1] != n - 1 and not (isinstance(last, IntImm) and last.value < 8):
-        lo, li = s[out].split(axes[-1], factor=8)
+        lo, li = st.split(axes[-1], factor=8)
         # blocked: the 8 rows right inside the block index, each read along all of its row
-        head = max(len(blocked), 1)
-        s[out].reorder(*axes[:head], lo, *axes[head:-1], li)
-        s[out].vectorize(li)
+        head = max(nblocked, 1)
+        st.reorder(*axes[:head], lo, *axes[head:-1], li)
+        st.vectorize(li)
+
+
+def _pack_schedule(src: Tensor, order: tuple[int, ...], block: tuple[int | None, ...],
+                   name: str) -> tuple[Schedule, list[Tensor]]:
+    """The pre-transform: ``src`` permuted by ``order`` (and blocked by ``block``) as a
+    kernel of its own (`_schedule_pack`)."""
+    from .schedule import create_schedule
+
+    out = _pack_compute(src, order, block, name)
+    s = create_schedule(out.op)
+    _schedule_pack(s[out], order, block)
     return s, [src, out]
+
+
+def _swap_copy(sch: Schedule, packed: Tensor | Operation | str, block: Sequence[int | None] | None,
+               what: str, to: Any) -> tuple[Stage, Tensor, tuple[int, ...], tuple[int | None, ...]]:
+    """Replace the layout copy ``packed`` of ``sch`` by the tensor ``to(src, order, block,
+    name)`` makes (a placeholder or a root copy): its readers load that tensor, its blocks
+    split as `_BlockLoads` does. Returns ``(new stage, source, order, block)``; everything is
+    checked before ``sch`` changes, so an error leaves it as it was."""
+    st = _stage_named(sch, packed)
+    if st.is_output:
+        raise ScheduleError(f"{what}: stage {st.name} is an output of the schedule")
+    src, order = _copy_order(st)
+    attached = [o.name for o in sch.stages if o.attach_stage is st]
+    if attached:
+        raise ScheduleError(f"{what}: stages {attached} are computed at {st.name}")
+    blk = _check_block(block, st.op.output(0), f"{what} of {st.name}")
+    # every op the stage had (cache_read made one; later primitives may have replaced it):
+    # readers may load any of them
+    ops = [o for o, s2 in sch._by_op.items() if s2 is st]
+    name = st.name.replace(".", "_")
+    if any(s2.op.name == name for s2 in sch.stages if s2 is not st):
+        raise ScheduleError(f"{what}: the schedule already has a stage named {name}")
+    readers = [rs for rs in sch.stages
+               if rs is not st and any(any(t.op is o for o in ops) for t in rs.op.input_tensors)]
+    for rs in readers:
+        if not isinstance(rs.op, ComputeOp):
+            raise ScheduleError(f"{what}: {st.name} is read by {rs.name}, a "
+                                f"{type(rs.op).__name__} (only compute stages can read the packed input)")
+    new = to(src, order, blk, name)
+    m = _BlockLoads(ops, new, blk)
+    for rs in readers:
+        rop = rs.op
+        assert isinstance(rop, ComputeOp)
+        new_op = ComputeOp(rop.name, rop.axis, [m.visit(b) for b in rop.body], rop.tag, rop.attrs)
+        new_op.reduce_axis = rop.reduce_axis
+        sch._replace_op(rs, new_op, keep_axes=True)
+        for attr in rs.iter_var_attrs.values():  # a prefetch of the copy prefetches the new tensor
+            attr.prefetch = [(new if any(t.op is o for o in ops) else t, off) for t, off in attr.prefetch]
+    from .schedule import Stage
+
+    new_st = Stage(new.op, sch)
+    sch.stages[sch.stages.index(st)] = new_st
+    for o in ops:
+        del sch._by_op[o]
+    sch._by_op[new.op] = new_st
+    return new_st, src, order, blk
 
 
 def hoist_layout(sch: Schedule, packed: Tensor | Operation | str,
@@ -279,45 +341,36 @@ def hoist_layout(sch: Schedule, packed: Tensor | Operation | str,
     >>> pack = tc.build(h.schedule, h.args); f = tc.build(s, [X, h.packed, C])  # doctest: +SKIP
     >>> pack(w, wp); f(x, wp, c)                                    # doctest: +SKIP
     """
-    st = _stage_named(sch, packed)
-    if st.is_output:
-        raise ScheduleError(f"hoist_layout: stage {st.name} is an output of the schedule")
-    src, order = _copy_order(st)
-    attached = [o.name for o in sch.stages if o.attach_stage is st]
-    if attached:
-        raise ScheduleError(f"hoist_layout: stages {attached} are computed at {st.name}")
-    blk = _check_block(block, st.op.output(0), f"hoist_layout of {st.name}")
-    # every op the stage had (cache_read made one; later primitives may have replaced it):
-    # readers may load any of them
-    ops = [o for o, s2 in sch._by_op.items() if s2 is st]
-    name = st.name.replace(".", "_")
-    if any(s2.op.name == name for s2 in sch.stages if s2 is not st):
-        raise ScheduleError(f"hoist_layout: the schedule already has a stage named {name}")
-    readers = [rs for rs in sch.stages
-               if rs is not st and any(any(t.op is o for o in ops) for t in rs.op.input_tensors)]
-    for rs in readers:  # checked before anything changes: an error leaves ``sch`` as it was
-        if not isinstance(rs.op, ComputeOp):
-            raise ScheduleError(f"hoist_layout: {st.name} is read by {rs.name}, a "
-                                f"{type(rs.op).__name__} (only compute stages can read the packed input)")
-    pack_s, pack_args = _pack_schedule(src, order, blk, name)
-    ph = placeholder(tuple(pack_args[1].shape), src.dtype, name=name)
-    m = _BlockLoads(ops, ph, blk)
-    for rs in readers:
-        rop = rs.op
-        assert isinstance(rop, ComputeOp)
-        new_op = ComputeOp(rop.name, rop.axis, [m.visit(b) for b in rop.body], rop.tag, rop.attrs)
-        new_op.reduce_axis = rop.reduce_axis
-        sch._replace_op(rs, new_op, keep_axes=True)
-        for attr in rs.iter_var_attrs.values():  # a prefetch of the copy prefetches the input
-            attr.prefetch = [(ph if any(t.op is o for o in ops) else t, off) for t, off in attr.prefetch]
-    from .schedule import Stage
+    made: list[tuple[Schedule, list[Tensor]]] = []
 
-    new_st = Stage(ph.op, sch)
-    sch.stages[sch.stages.index(st)] = new_st
-    for o in ops:
-        del sch._by_op[o]
-    sch._by_op[ph.op] = new_st
-    return HoistedLayout(ph, src, order, blk, pack_s, pack_args)
+    def to_placeholder(src: Tensor, order: tuple[int, ...], blk: tuple[int | None, ...],
+                       name: str) -> Tensor:
+        made.append(_pack_schedule(src, order, blk, name))
+        return placeholder(tuple(made[0][1][1].shape), src.dtype, name=name)
+
+    new_st, src, order, blk = _swap_copy(sch, packed, block, "hoist_layout", to_placeholder)
+    pack_s, pack_args = made[0]
+    return HoistedLayout(new_st.op.output(0), src, order, blk, pack_s, pack_args)
+
+
+def pack_at_root(sch: Schedule, packed: Tensor | Operation | str,
+                 block: Sequence[int | None] | None = None) -> Tensor:
+    """Compute the layout copy ``packed`` of an input once per call, at root, laid out in
+    ``block`` (as `hoist_layout` lays out its pre-transform's output), instead of where it was.
+
+    The kernel still takes the plain array, and copies all of it into the blocked layout
+    before anything else. A schedule tuned with its copy hoisted out (a prepack task) places
+    the copy where it was never paid for -- often inside a loop that repeats it: this puts the
+    copy where it costs one pass over the input, and keeps the layout the kernel was tuned to
+    read (`tile_block`). ``sch`` is changed in place; returns the new copy tensor (named like
+    `hoist_layout`'s placeholder: ``kernel_pack``).
+    """
+    def to_root(src: Tensor, order: tuple[int, ...], blk: tuple[int | None, ...], name: str) -> Tensor:
+        return _pack_compute(src, order, blk, name)
+
+    new_st, _, order, blk = _swap_copy(sch, packed, block, "pack_at_root", to_root)
+    _schedule_pack(new_st, order, blk)
+    return new_st.op.output(0)
 
 
 def _stage_named(sch: Schedule, key: Tensor | Operation | str) -> Stage:

@@ -12,7 +12,7 @@ from numpy_refs import numpy_conv
 import tecomp as tc
 from tecomp import te
 from tecomp.errors import ScheduleError
-from tecomp.te.layout import cache_read_layout, cache_write_layout, hoist_layout, tile_block
+from tecomp.te.layout import cache_read_layout, cache_write_layout, hoist_layout, pack_at_root, tile_block
 
 
 def _conv(args: tuple[int, ...]) -> tuple[te.Tensor, te.Tensor, te.Tensor, te.Tensor]:
@@ -85,6 +85,36 @@ def test_hoisted_kernel_and_pre_transform_match_numpy(args: tuple[int, ...], blo
     got = np.full(want.shape, np.nan, np.float32)
     tc.build(s, [data, h.packed, out])(x, wp, got)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("args", [(1, 8, 9, 9, 16, 3, 3, 1, 1), (1, 6, 10, 10, 12, 3, 3, 2, 2),
+                                  (1, 8, 8, 8, 16, 1, 1, 1, 0)])
+def test_pack_at_root_copies_once_in_the_tile_layout(args: tuple[int, ...]) -> None:
+    _, ci, _, _, co, kh, kw, _, _ = args
+    s, data, kernel, packed, out = _relayout(args)
+    tiled = co > 8 and co % 8 == 0
+    t = pack_at_root(s, packed, tile_block(s, packed))
+    assert t.name == "kernel_pack" and s[t].attach_type == "root"
+    shape = [int(d.value) for d in t.shape]  # type: ignore[attr-defined]
+    assert shape == ([co // 8, ci, kh, kw, 8] if tiled else [ci, kh, kw, co])
+    # the kernel still takes the plain weight; the copy is one loop nest of its own, before
+    # the convolution's, storing whole vectors
+    text = str(tc.lower(s, [data, kernel, out]))
+    assert text.count("kernel_pack[ramp(") >= 2 and text.index("kernel_pack[") < text.index("conv_local["), text
+    x, w = _arrays(args)
+    want = numpy_conv(x, w, args[7], args[8])
+    got = np.full(want.shape, np.nan, np.float32)
+    tc.build(s, [data, kernel, out])(x, w, got)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_pack_at_root_refuses_what_hoist_refuses() -> None:
+    data, kernel, padded, out = _conv((1, 4, 6, 6, 8, 3, 3, 1, 1))
+    s = te.create_schedule(out.op)
+    with pytest.raises(ScheduleError, match=r"pack_at_root: stage conv is an output"):
+        pack_at_root(s, "conv")
+    with pytest.raises(ScheduleError, match=r"no stage named 'nope'"):
+        pack_at_root(s, "nope")
 
 
 def test_hoist_by_stage_name_and_identity_copy() -> None:

@@ -96,3 +96,12 @@ def test_tune_and_export_a_prepack_task(tmp_path: Path, pools: tuple[LocalBuilde
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     manifest = json.dumps(json.loads((tmp_path / "out" / "k.json").read_text()))
     assert f"{name}_pack_kernel" in manifest and "pre_transform_of" in manifest and "prepacked" in manifest
+    # apply_best keeps the task's own arguments (the plain weight): the ranked kernel with its
+    # copy made once per call at root, in the layout it was tuned to read
+    sch, args = task.apply_best(one)
+    assert [a.name for a in args] == [t.name for t in task.tensors]
+    copies = [st for st in sch.stages if st.op.name == "kernel_pack"]
+    assert len(copies) == 1 and copies[0].attach_type == "root"
+    got = np.full(want.shape, np.nan, np.float32)
+    tc.build(sch, args)(x, w8, got)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
