@@ -47,7 +47,18 @@ from tecomp.ir.expr import (
     Var,
 )
 from tecomp.ir.functor import ExprVisitor, StmtVisitor
-from tecomp.ir.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, thread_tag
+from tecomp.ir.stmt import (
+    ASYNC_PIPELINE_SCOPE,
+    DOUBLE_BUFFER_SCOPE,
+    Allocate,
+    AttrStmt,
+    BufferStore,
+    For,
+    ForKind,
+    IfThenElse,
+    Stmt,
+    thread_tag,
+)
 
 from .steps import Step
 from .task import SearchTask
@@ -217,6 +228,29 @@ def _footprint(coefs: list[dict[Var, float]], shape: list[int], loops: Sequence[
     return spans
 
 
+class _Rings(StmtVisitor):
+    """How many copies of each shared buffer the GPU passes will make: the features see the
+    nest before them, where a double-buffered stage (2) or a cp.async pipeline of depth d (d)
+    is one buffer marked by an attribute."""
+
+    def __init__(self) -> None:
+        self.copies: dict[int, int] = {}
+
+    def visit_AttrStmt(self, s: AttrStmt) -> None:
+        if s.key == DOUBLE_BUFFER_SCOPE:
+            self.copies[id(s.value)] = 2
+        elif s.key == ASYNC_PIPELINE_SCOPE:
+            var, depth = s.value
+            self.copies[id(var)] = max(int(depth), 1)
+        self.visit_stmt(s.body)
+
+
+def _ring_copies(body: Stmt) -> dict[int, int]:
+    r = _Rings()
+    r.visit_stmt(body)
+    return r.copies
+
+
 class _Extractor(StmtVisitor):
     def __init__(self, hw: GPULimits | None = None) -> None:
         self.hw = hw
@@ -232,6 +266,7 @@ class _Extractor(StmtVisitor):
         self.allocs: list[int] = []
         self.max_alloc = 0
         self.stores: list[tuple[float, list[float]]] = []
+        self.rings: dict[int, int] = {}  # id(buffer var) -> copies (`_Rings`)
 
     def visit_For(self, s: For) -> None:
         au = int(s.annotation("auto_unroll_max_step", 0) or 0)
@@ -248,7 +283,14 @@ class _Extractor(StmtVisitor):
 
     def visit_Allocate(self, s: Allocate) -> None:
         b = s.buffer
-        size = math.prod(max(_const(d), 1) for d in b.shape) * b.itemsize
+        if b.strides:  # storage_align'ed rows: the padded extent
+            ext = [max(_const(d), 1) for d in b.shape]
+            row = max(st * e for st, e in zip(_strides(b), ext))
+            size = max(row, math.prod(ext)) * b.itemsize
+        else:
+            size = math.prod(max(_const(d), 1) for d in b.shape) * b.itemsize
+        if b.scope == "shared":  # a double buffer or a pipeline's ring: what will be allocated
+            size *= self.rings.get(id(b.data), 1)
         self.allocs.append(size)
         self.max_alloc = max(self.max_alloc, sum(self.allocs))
         scoped = self._shared_now if b.scope == "shared" else self._local_now if b.scope == "local" else None
@@ -396,8 +438,9 @@ def _traffic(buffers: Sequence[tuple[int, list[int], list[dict[Var, float]]]], l
 
 def gpu_capacities(hw: GPULimits) -> tuple[int, ...]:
     """The memory tiers of a GPU for `_traffic`, as seen from one block: its registers
-    (64 KiB), its shared memory (what a kernel may declare), L2 (~40 MiB), device memory."""
-    return (64 << 10, hw.static_smem, 40 << 20, 1 << 40)
+    (64 KiB), its shared memory (what a block may use, static and opt-in dynamic), L2
+    (~40 MiB), device memory."""
+    return (64 << 10, hw.max_dynamic_smem, 40 << 20, 1 << 40)
 
 
 def program_features(func_body: object, hw: GPULimits | None = None,
@@ -406,6 +449,8 @@ def program_features(func_body: object, hw: GPULimits | None = None,
     gives its limits, and ``kernels`` the bodies of each kernel (several root stages)."""
     ex = _Extractor(hw)
     for body in kernels or [func_body]:
+        if hw is not None:
+            ex.rings.update(_ring_copies(body))  # type: ignore[arg-type]
         ex.visit_stmt(body)  # type: ignore[arg-type]
     stores = sorted(ex.stores, key=lambda t: -t[0])
     out: list[float] = []

@@ -156,3 +156,16 @@ def test_shared_frac_is_a_fraction_of_the_opt_in_maximum() -> None:
     frac = float(x[base + GPU_PROGRAM.index("gpu.shared_frac")])
     assert shared == pytest.approx(128 * 128 * 4 + 128 * 16 * 4, rel=1e-4)  # A 128x128, B 128x16 fp32
     assert frac == pytest.approx(shared / 166912, rel=1e-4) and 0 < frac < 1
+
+
+def test_shared_bytes_count_the_whole_ring(big_ring: dict[str, Any]) -> None:
+    """The features read the nest before the GPU passes, where a pipeline of depth d is one
+    buffer per operand marked by an attribute: ``gpu.shared_bytes`` counts its d slots, each
+    with its rows padded by storage_align, as the kernel will allocate them (what ptxas and
+    the launch see)."""
+    x = extract_features(big_ring["task"], big_ring["cand"].steps)
+    assert x is not None
+    base = N_FEATURES - len(GPU_PROGRAM)
+    shared = 2.0 ** float(x[base + GPU_PROGRAM.index("gpu.shared_bytes")]) - 1.0
+    assert big_ring["step"].depth >= 2
+    assert shared == pytest.approx(_ring(big_ring["step"]), rel=1e-4)
