@@ -256,6 +256,24 @@ def _relayout_sketches(base: Sketch, live: Sequence[Stage], outputs: set[str],
 # instantiation -------------------------------------------------------------------------------
 
 
+SERIAL_FLOPS = 1 << 20  # below ~1 M multiply-adds a serial nest can beat waking the threads
+
+
+def plain_parallel_choices(op: ComputeOp, s_tiles: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """The ``par`` knob's options for a plain multi-level tile: how many leading loops (S0 of
+    every axis, then S1) are fused into the parallel loop, among those whose fused loop has
+    work for every core (`parallel_choices`); 0, a serial nest, only for a small operator.
+
+    Offering every count let a fresh sample, or a mutation, be a serial kernel or a parallel
+    loop of one iteration; on a loaded 2-core machine such a kernel measures close to a
+    parallel one, and at a few dozen trials the search kept one (BERT's attention-times-values
+    batch matmul ran serial, at 0.65x PyTorch)."""
+    extents = [_extent(a) for a in op.axis]
+    opts = parallel_choices(extents, s_tiles)
+    work = math.prod(extents) * math.prod(_extent(r) for r in op.reduce_axis)
+    return (0, *opts) if work < SERIAL_FLOPS else opts
+
+
 class _Builder:
     """Applies a sketch to a fresh State, reading knob values from ``params`` (or drawing them)."""
 
@@ -488,7 +506,7 @@ class _Builder:
         inner = [(p[1], f[0]) for p, f in zip(rp, r_tiles)] + [(p[3], f[2]) for p, f in zip(sp, s_tiles)]
         self._unroll_tile(name, key, inner[:-1] if vec else inner)
         # fuse before the pragma goes on leaf 0: a fused loop does not keep its parts' pragmas
-        par = self.choice(f"{key}/par", tuple(range(0, 2 * len(sp) + 1)))
+        par = self.choice(f"{key}/par", plain_parallel_choices(op, s_tiles))
         self._parallel(name, par)
         self._place_packs(name, name, 2 * len(sp) - max(par - 1, 0) - 1)
         self._unroll(name, key)
@@ -507,8 +525,8 @@ class _Builder:
         # consumer: S0 S1 | tile, the tile covering the two inner spatial levels
         yp = self._split_all(consumer, yop.axis, [(f[0], f[1] * f[2]) for f in s_tiles])
         self._reorder(consumer, [p[0] for p in yp] + [p[1] for p in yp] + [p[2] for p in yp])
-        par = self.choice(f"{key}/par", parallel_choices([_extent(a) for a in cop.axis], s_tiles) if epi
-                          else tuple(range(1, 2 * n + 1)))
+        # every core gets a tile (a parallel loop of one iteration was a serial kernel)
+        par = self.choice(f"{key}/par", parallel_choices([_extent(a) for a in cop.axis], s_tiles))
         at = self.choice(f"{key}/at", (0, 1), EPILOGUE_AT_PRIOR if epi else None)
         vec = self.choice(f"{key}/vec", (0, 1), EPILOGUE_VEC_PRIOR if epi else None)
         attach = yp[n - 1][at]
@@ -555,7 +573,7 @@ class _Builder:
         ct = [s_tiles[order.index(d)] for d in range(n)]
         yp = self._split_all(consumer, yop.axis, [(f[0], f[1] * f[2]) for f in ct])
         self._reorder(consumer, [p[0] for p in yp] + [p[1] for p in yp] + [p[2] for p in yp])
-        par = self.choice(f"{key}/par", tuple(range(1, 2 * n + 1)))
+        par = self.choice(f"{key}/par", parallel_choices([_extent(a) for a in yop.axis], ct))
         at = self.choice(f"{key}/at", (0, 1))
         if self.choice(f"{key}/vec_copy", (0, 1)):
             self.apply(AnnotationStep(consumer, self.state.index(consumer, yp[-1][2]), "vectorize"))
