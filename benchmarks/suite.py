@@ -7,6 +7,7 @@ interleaved with it.
     python benchmarks/suite.py --trials 3000 --log suite.jsonl      # the real run (hours)
     python benchmarks/suite.py --ops bert --trials 64               # a quick look at one net
     python benchmarks/suite.py --log suite.jsonl --trials 0         # re-time an existing log
+    python benchmarks/suite.py --ops resnet50 --prepack              # convolutions on packed weights
 
 Prints one row per operator: tecomp and PyTorch ms per call (best of interleaved rounds on
 the same arrays), the ratio (PyTorch time / tecomp time: above 1 is faster than PyTorch), and
@@ -16,12 +17,16 @@ speed as a fraction of this machine's peak (benchmarks/peak.py: GFLOP/s of the f
 peak for compute-bound operators, GB/s of the streaming bandwidth for memory-bound ones);
 then the geometric mean of the ratios and the end-to-end latency of each network weighted by
 how often each operator occurs in it. The log resumes: run the same command again to go on.
+``--prepack`` tunes the convolutions as prepack tasks (the constant weight packed once,
+outside the timed kernel, as the issue's layout rewriting has it) and times them so, printing
+the pack's own time beside; ``--time-prepacked`` times any log's kernels that way.
 Needs PyTorch (the CPU build) for the comparison; without it only tecomp's times print.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import statistics
@@ -155,6 +160,10 @@ RESNEXT = [
 NETS = {"resnet50": RESNET, "mobilenet_v2": MOBILENET, "bert": BERT, "norms": NORMS, "resnext": RESNEXT}
 
 
+# workloads whose weight the layout sketches copy into a packed layout (`--prepack`)
+PREPACK_WORKLOADS = (wl.conv2d, wl.conv2d_grouped)
+
+
 def torch_fn(op: Op, ins: list[np.ndarray]) -> Callable[[], Any]:
     """PyTorch's kernel for ``op`` on the same numpy arrays."""
     import torch
@@ -201,19 +210,44 @@ def _traffic(task: tuning.SearchTask) -> int:
                for t in task.tensors)
 
 
+def _kernel(task: tuning.SearchTask, log: str, rec: Any, ins: list[np.ndarray], prepacked: bool,
+            row: dict[str, Any]) -> tuple[Any, list[np.ndarray]]:
+    """The kernel to time and its inputs: the best record's schedule on the plain arrays; or,
+    with ``prepacked`` (or for a prepack task), its weight copies hoisted out
+    (`tuning.prepacked_best`): the kernel on weights packed here, once, beforehand, as a user
+    packs a constant weight -- the pack's time goes in ``row["pack_ms"]``."""
+    if not (prepacked or task.prepack):
+        s, args = task.apply_steps(rec.steps)
+        return tc.build(s, args, target=task.target), ins
+    pp = tuning.prepacked_best(task, log)
+    if not pp.packs:  # the best packs nothing: the kernel is the schedule as it is
+        return tc.build(*pp.kernel, target=task.target), ins
+    mod = pp.build("kernel", target=task.target)
+    plain = {id(t.op): a for t, a in zip(task.tensors, ins)}
+    packed: dict[int, np.ndarray] = {}
+    pack_s = 0.0
+    for h in pp.packs:
+        fpack = mod[pp.pack_name("kernel", h)]
+        wp = np.empty(h.shape, h.packed.dtype)
+        src = plain[id(h.source.op)]
+        pack_s += best_of(functools.partial(fpack, src, wp), repeat=3, number=1)
+        packed[id(h.packed.op)] = wp
+    row["pack_ms"] = pack_s * 1e3
+    return mod["kernel"], [packed[id(a.op)] if id(a.op) in packed else plain[id(a.op)] for a in pp.args[:-1]]
+
+
 def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, rounds: int, pk: Peak,
-             have_torch: bool) -> dict[str, Any]:
+             have_torch: bool, prepacked: bool = False) -> dict[str, Any]:
     """Build the log's best schedule of ``task``, check it against PyTorch and time both,
     interleaved, on the same ordinary numpy arrays; and compare the log's claim with the time
-    now, both normalised by the machine-speed index (``log/now``)."""
+    now, both normalised by the machine-speed index (``log/now``). ``prepacked`` (always for
+    a prepack task): the kernel on its weights packed once beforehand (`_kernel`)."""
     row: dict[str, Any] = {"op": op, "task": task}
     try:
         rec = tuning.best_record(log, task)
     except tuning.NoValidRecordError:
         row["error"] = "no valid record"
         return row
-    s, args = task.apply_steps(rec.steps)
-    f = tc.build(s, args, target=task.target)
     rng = np.random.default_rng(0)
     # ordinary numpy arrays, as a user's (the tuner measured on 64-byte aligned ones: a claim
     # must hold on what users pass)
@@ -222,7 +256,8 @@ def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, round
     if op.workload is wl.batch_norm_infer:
         ins[2][...] = np.abs(ins[2]) + 0.1  # a variance: negative ones give NaNs, which compare as no error
     out = np.zeros(tuple(int(d.value) for d in task.tensors[-1].shape), "float32")  # type: ignore[attr-defined]
-    f(*ins, out)
+    f, kins = _kernel(task, log, rec, ins, prepacked, row)
+    f(*kins, out)
     ev = f.time_evaluator(number=1, repeat=1, min_repeat_ms=50)
     ours: list[float] = []
     theirs: list[float] = []
@@ -240,7 +275,7 @@ def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, round
     refs: list[float] = []
     for _ in range(rounds):
         refs.append(reference_job(RunOptions())[kind][0])
-        ours.append(ev(*ins, out).mean)
+        ours.append(ev(*kins, out).mean)
         if ref_fn is not None:
             theirs.append(best_of(ref_fn, repeat=3, number=max(1, int(0.02 / max(ours[-1], 1e-7)))))
     row["ms"] = min(ours) * 1e3
@@ -252,8 +287,9 @@ def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, round
     # now normalised alike: within a few percent when the claim holds
     base = index.baselines.get(f"{local_machine().id}/{kind}")
     scale = min(MAX_DRIFT, max(1 / MAX_DRIFT, base / statistics.median(refs))) if base else 1.0
-    row["logged_ms"] = index.cost(rec) * 1e3
-    row["now_norm_ms"] = statistics.median(ours) * scale * 1e3
+    if task.prepack or "pack_ms" not in row:  # the log timed what was timed now
+        row["logged_ms"] = index.cost(rec) * 1e3
+        row["now_norm_ms"] = statistics.median(ours) * scale * 1e3
     if op.bound == "memory":
         gbs = _traffic(task) / secs / 1e9
         row["peak"] = f"{gbs:.1f} GB/s, {pk.memory_note(gbs)}"
@@ -272,9 +308,16 @@ def main() -> None:
     ap.add_argument("--log", default="suite.jsonl")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per operator")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prepack", action="store_true",
+                    help="tune the convolutions as prepack tasks (ranked with their weights packed "
+                         "outside the kernel, SearchTask(prepack=True)) and time them on packed weights")
+    ap.add_argument("--time-prepacked", action="store_true",
+                    help="time every kernel that copies a weight into another layout on its weight "
+                         "packed once beforehand (tuning.prepacked_best), whichever task tuned it")
     a = ap.parse_args()
     ops = [op for net in a.ops for op in NETS[net]]
-    tasks = [tuning.SearchTask(op.workload, op.args, target="llvm") for op in ops]
+    tasks = [tuning.SearchTask(op.workload, op.args, target="llvm",
+                               prepack=a.prepack and op.workload in PREPACK_WORKLOADS) for op in ops]
     budget = 64 * len(tasks) if a.trials is None else a.trials
     try:
         import torch  # noqa: F401
@@ -292,7 +335,7 @@ def main() -> None:
     print(f"\nmachine: {pk.cpu_name} ({pk.llvm_cpu}, {pk.isa}, {pk.cores} cores): FMA peak "
           f"{pk.fma_gflops:.1f} GFLOP/s, bandwidth {pk.bandwidth_gbs:.1f} GB/s; log {a.log}\n")
     index = SpeedIndex.from_records(iter_records(a.log)) if os.path.exists(a.log) else SpeedIndex()
-    rows = [evaluate(op, t, a.log, index, a.rounds, pk, have_torch) for op, t in zip(ops, tasks)]
+    rows = [evaluate(op, t, a.log, index, a.rounds, pk, have_torch, a.time_prepacked) for op, t in zip(ops, tasks)]
     print(f"{'net':15s} {'operator':28s} {'x':>3s} {'tecomp ms':>10s} {'torch ms':>9s} {'ratio':>6s} "
           f"{'log/now':>8s}  peak")
     for r in rows:
@@ -302,8 +345,9 @@ def main() -> None:
             continue
         tm = f"{r['torch_ms']:9.3f}" if "torch_ms" in r else f"{'-':>9s}"
         ratio = f"{r['ratio']:5.2f}x" if "ratio" in r else f"{'-':>6s}"
-        claim = r["logged_ms"] / r["now_norm_ms"]
-        print(f"{op.net:15s} {op.name:28s} {op.weight:3d} {r['ms']:10.3f} {tm} {ratio} {claim:7.2f}x  {r['peak']}")
+        claim = f"{r['logged_ms'] / r['now_norm_ms']:7.2f}x" if "logged_ms" in r else f"{'-':>8s}"
+        pack = f"; prepacked, pack once {r['pack_ms']:.2f} ms" if "pack_ms" in r else ""
+        print(f"{op.net:15s} {op.name:28s} {op.weight:3d} {r['ms']:10.3f} {tm} {ratio} {claim}  {r['peak']}{pack}")
     ratios = [r["ratio"] for r in rows if "ratio" in r]
     if ratios:
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
