@@ -252,8 +252,11 @@ def _schedule_pack(st: Stage, order: tuple[int, ...], block: tuple[int | None, .
     last = st.op.output(0).shape[-1]
     if len(axes) >= 2 and order[-1] != n - 1 and not (isinstance(last, IntImm) and last.value < 8):
         lo, li = st.split(axes[-1], factor=8)
-        # blocked: the 8 rows right inside the block index, each read along all of its row
-        head = max(nblocked, 1)
+        # the 8 rows outermost (right inside the block index when blocked), each then read
+        # along all of its row: with another dimension outside them (as before), a 1x1
+        # weight's pack read one float of each of 512 rows per step -- 9.7 ms for 4 MB where
+        # this takes 1.3 ms
+        head = nblocked
         st.reorder(*axes[:head], lo, *axes[head:-1], li)
         st.vectorize(li)
 
