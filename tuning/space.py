@@ -69,11 +69,13 @@ from .space_rules import (
     draw_microkernel,
     draw_reduce_order,
     draw_register_tile,
+    draw_small_gemm,
     factorizations,
     gemm_like,
     mutate_tile,
     relayout_rule,
     sample_tile,
+    small_gemm,
 )
 from .space_rules import (
     readers as _readers,
@@ -360,6 +362,8 @@ class _Builder:
                     tile_consumer[p.stage] = (compute, p)
                 elif p.consumer is not None:
                     tile_consumer[p.consumer] = (compute, p)
+                else:
+                    self._small_gemm_prior(p)  # before the pack knobs are drawn
                 tile_compute[compute] = p
                 self._cache_packs(compute, p)
         done: set[str] = {name for packs in self.packs.values() for name, _ in packs}
@@ -384,7 +388,8 @@ class _Builder:
     def _microkernel_prior(self, plan: StagePlan) -> None:
         """A fresh candidate of a GEMM-like output reduction (`space_rules.gemm_like`) mostly
         (`space_rules.MICROKERNEL_PRIOR`) draws its knobs together as BLIS lays a GEMM out
-        (`space_rules.draw_microkernel`): a register tile sized to the target's vector
+        (`space_rules.draw_microkernel`; a GEMM too small for cache blocks, the register tile
+        alone, nothing packed: `space_rules.draw_small_gemm`): a register tile sized to the target's vector
         registers (6 x 16 floats on AVX2, 6 x 64 on AVX-512: uniform tile draws mostly spill
         or leave FMA ports idle), k blocks around it, the accumulator at the inner tile loop,
         vectorized, the outer loops fused in parallel and B packed per cache block. All are
@@ -400,16 +405,49 @@ class _Builder:
             return
         from tecomp.codegen.target import Target
 
-        tiles = draw_microkernel(_extent(op.axis[-2]), _extent(op.axis[-1]), _extent(op.reduce_axis[-1]),
-                                 Target.parse(self.state.task.target).vector_bits, self.rng)
+        ei, ej, ek = _extent(op.axis[-2]), _extent(op.axis[-1]), _extent(op.reduce_axis[-1])
+        bits = Target.parse(self.state.task.target).vector_bits
+        small = small_gemm(ei, ej, ek)
+        # a small GEMM: the register tile alone, its accumulators at the tile (`draw_small_gemm`)
+        tiles = draw_small_gemm(ei, ej, ek, bits, self.rng) if small else draw_microkernel(ei, ej, ek, bits, self.rng)
         if tiles is None:
             return
-        drawn: dict[str, Any] = {ki: tiles["i"], kj: tiles["j"], kr: tiles["k"],
-                                 f"{key}/at": 1, f"{key}/vec": 1, f"{key}/par": n, f"{key}/unroll": 16}
+        drawn: dict[str, Any] = {ki: tiles["i"], kj: tiles["j"], kr: tiles["k"], f"{key}/at": 1,
+                                 f"{key}/vec": 1, f"{key}/par": n, f"{key}/unroll": 0 if small else 16}
         # the other reductions (none in a GEMM) run whole outside the k block
         drawn.update({f"{key}/R{d}": (1,) for d in range(len(op.reduce_axis) - 1)})
         drawn.update({f"{key}/S{d}": (1, 1, 1) for d in range(n - 2)})  # batch axes: one matrix per tile
-        drawn.update({f"{key}/pack_{t}": 1 for t in plan.pack})
+        drawn.update({f"{key}/pack_{t}": 0 if small else 1 for t in plan.pack})
+        self.params = {**drawn, **self.params}
+
+    def _small_gemm_prior(self, plan: StagePlan) -> None:
+        """A fresh plain-tile candidate of a small GEMM-like reduction (`space_rules.small_gemm`:
+        attention's per-head matmuls) mostly draws its knobs together as a register tile
+        (`space_rules.draw_small_gemm`): the tile innermost and unrolled, vectorized, k around
+        it, every outer loop fused in parallel, nothing packed. Ordinary knobs: given or
+        mutated values stay."""
+        if self.rng is None or plan.relayout is not None:
+            return
+        op = self.state.stage(plan.stage).op
+        assert isinstance(op, ComputeOp)
+        key = plan.stage
+        n = len(op.axis)
+        ki, kj, kr = f"{key}/S{n - 2}", f"{key}/S{n - 1}", f"{key}/R{len(op.reduce_axis) - 1}"
+        if (n < 2 or any(k in self.params for k in (ki, kj, kr)) or not gemm_like(op)):
+            return
+        ei, ej, ek = _extent(op.axis[-2]), _extent(op.axis[-1]), _extent(op.reduce_axis[-1])
+        if not small_gemm(ei, ej, ek):
+            return
+        from tecomp.codegen.target import Target
+
+        tiles = draw_small_gemm(ei, ej, ek, Target.parse(self.state.task.target).vector_bits, self.rng)
+        if tiles is None:
+            return
+        drawn: dict[str, Any] = {ki: tiles["i"], kj: tiles["j"], kr: tiles["k"], f"{key}/vec": 1,
+                                 f"{key}/unroll_tile": 1, f"{key}/par": n, f"{key}/unroll": 0}
+        drawn.update({f"{key}/R{d}": (1,) for d in range(len(op.reduce_axis) - 1)})
+        drawn.update({f"{key}/S{d}": (1, 1, 1) for d in range(n - 2)})  # batch axes: one matrix per tile
+        drawn.update({f"{key}/pack_{t}": 0 for t in plan.pack})
         self.params = {**drawn, **self.params}
 
     def _cache_packs(self, compute: str, plan: StagePlan) -> None:

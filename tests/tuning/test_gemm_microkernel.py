@@ -15,7 +15,7 @@ import tuning
 from tecomp.codegen.target import Target
 from tuning import workloads
 from tuning.space import space_for
-from tuning.space_rules import gemm_like, microkernel_shapes, vector_registers
+from tuning.space_rules import gemm_like, microkernel_shapes, small_gemm, vector_registers
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
 
@@ -116,3 +116,42 @@ def test_tuner_draws_the_microkernel(target: str) -> None:
     c_out = np.zeros((n, n), np.float32)
     f(a, b, c_out)
     np.testing.assert_allclose(c_out, a @ b, rtol=1e-4)
+
+
+@pytest.mark.parametrize("sketch", ["C:tile", "C:tile+cache"])
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=znver1", "llvm -mcpu=skylake-avx512"])
+def test_small_gemm_samples_draw_the_register_tile(target: str, sketch: str) -> None:
+    """Attention's per-head GEMM (12 x 128x128x64) is too small for cache blocks of columns:
+    fresh samples of both GEMM sketches mostly hold a register tile of the target (rows dividing 128,
+    whole vectors of columns), k around it, vectorized and unrolled, nothing packed; they
+    build to the right result on the host."""
+    task = tuning.SearchTask(workloads.batch_matmul, (12, 128, 128, 64), target=target)
+    sp = space_for(task)
+    (plain,) = [k for k, s in enumerate(sp.sketches) if s.describe() == sketch]
+    bits = Target.parse(target).vector_bits
+    lanes, regs = bits // 32, vector_registers(bits)
+    rng = np.random.default_rng(0)
+    found = []
+    for _ in range(24):
+        c = sp.instantiate(plain, {}, rng)
+        assert c is not None
+        d = c.param_dict
+        si, sj = d["C/S1"], d["C/S2"]
+        # the cached sketch keeps its accumulators at the register tile (at 1)
+        tile = d["C/unroll_tile"] == 1 if sketch == "C:tile" else d["C/at"] == 1
+        if si[:2] == (1, 1) and sj[:2] == (1, 1) and d["C/vec"] == 1 and tile:
+            mr, nv = si[2], sj[2] // lanes
+            assert 128 % mr == 0 and sj[2] % lanes == 0 and (mr, nv) in microkernel_shapes(lanes, regs, 64)
+            assert d["C/pack_B"] == 0 and d["C/S0"] == (1, 1, 1)
+            found.append(c)
+    assert 6 <= len(found) <= 20  # about half: the other half are uniform draws
+    assert not small_gemm(4, 4, 4) and not small_gemm(1024, 1024, 1024) and small_gemm(128, 64, 128)
+    if target != "llvm":  # other CPUs' code may not run here
+        return
+    a = rng.random((12, 128, 128), dtype=np.float32)
+    b = rng.random((12, 128, 64), dtype=np.float32)
+    for c in found[:2]:
+        s, params = task.apply_steps(c.steps)
+        out = np.zeros((12, 128, 64), np.float32)
+        tc.build(s, params, target="llvm")(a, b, out)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4)
