@@ -385,6 +385,22 @@ class _Builder:
                 self._simple(name)
             done.add(name)
 
+    def _fresh_gemm(self, plan: StagePlan) -> tuple[ComputeOp, str, str, str, str] | None:
+        """``(op, key, row tile knob, column tile knob, k tile knob)`` of a fresh sample's
+        GEMM-like tile stage (`space_rules.gemm_like`) whose tiles are not given yet; None
+        otherwise (a replay or mutation, a relayout, another reduction)."""
+        if self.rng is None or plan.relayout is not None:
+            return None
+        op = self.state.stage(plan.stage).op
+        assert isinstance(op, ComputeOp)
+        key, n = plan.stage, len(op.axis)
+        if n < 2 or not gemm_like(op):
+            return None
+        knobs = (f"{key}/S{n - 2}", f"{key}/S{n - 1}", f"{key}/R{len(op.reduce_axis) - 1}")
+        if any(k in self.params for k in knobs):
+            return None
+        return op, key, *knobs
+
     def _microkernel_prior(self, plan: StagePlan) -> None:
         """A fresh candidate of a GEMM-like output reduction (`space_rules.gemm_like`) mostly
         (`space_rules.MICROKERNEL_PRIOR`) draws its knobs together as BLIS lays a GEMM out
@@ -394,15 +410,11 @@ class _Builder:
         or leave FMA ports idle), k blocks around it, the accumulator at the inner tile loop,
         vectorized, the outer loops fused in parallel and B packed per cache block. All are
         ordinary knobs: given or mutated values stay, and records replay them."""
-        if self.rng is None or plan.relayout is not None or plan.consumer is not None:
+        if plan.consumer is not None or (g := self._fresh_gemm(plan)) is None:
             return
-        op = self.state.stage(plan.stage).op
-        assert isinstance(op, ComputeOp)
-        key = plan.stage
+        op, key, ki, kj, kr = g
         n = len(op.axis)
-        ki, kj, kr = f"{key}/S{n - 2}", f"{key}/S{n - 1}", f"{key}/R{len(op.reduce_axis) - 1}"
-        if any(k in self.params for k in (ki, kj, kr)) or not gemm_like(op):
-            return
+        assert self.rng is not None  # a fresh sample (`_fresh_gemm`)
         from tecomp.codegen.target import Target
 
         ei, ej, ek = _extent(op.axis[-2]), _extent(op.axis[-1]), _extent(op.reduce_axis[-1])
@@ -426,15 +438,11 @@ class _Builder:
         (`space_rules.draw_small_gemm`): the tile innermost and unrolled, vectorized, k around
         it, every outer loop fused in parallel, nothing packed. Ordinary knobs: given or
         mutated values stay."""
-        if self.rng is None or plan.relayout is not None:
+        if (g := self._fresh_gemm(plan)) is None:
             return
-        op = self.state.stage(plan.stage).op
-        assert isinstance(op, ComputeOp)
-        key = plan.stage
+        op, key, ki, kj, kr = g
         n = len(op.axis)
-        ki, kj, kr = f"{key}/S{n - 2}", f"{key}/S{n - 1}", f"{key}/R{len(op.reduce_axis) - 1}"
-        if (n < 2 or any(k in self.params for k in (ki, kj, kr)) or not gemm_like(op)):
-            return
+        assert self.rng is not None  # a fresh sample (`_fresh_gemm`)
         ei, ej, ek = _extent(op.axis[-2]), _extent(op.axis[-1]), _extent(op.reduce_axis[-1])
         if not small_gemm(ei, ej, ek):
             return
