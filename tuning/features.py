@@ -59,6 +59,7 @@ from tecomp.ir.stmt import (
     Stmt,
     thread_tag,
 )
+from tecomp.passes.flatten import flat_size
 
 from .steps import Step
 from .task import SearchTask
@@ -283,12 +284,10 @@ class _Extractor(StmtVisitor):
 
     def visit_Allocate(self, s: Allocate) -> None:
         b = s.buffer
-        if b.strides:  # storage_align'ed rows: the padded extent
-            ext = [max(_const(d), 1) for d in b.shape]
-            row = max(st * e for st, e in zip(_strides(b), ext))
-            size = max(row, math.prod(ext)) * b.itemsize
-        else:
-            size = math.prod(max(_const(d), 1) for d in b.shape) * b.itemsize
+        size = math.prod(max(_const(d), 1) for d in b.shape)
+        if b.strides:  # storage_align'ed rows: the padded size the buffer is flattened to
+            size = max(size, _const(flat_size(b)))
+        size *= b.itemsize
         if b.scope == "shared":  # a double buffer or a pipeline's ring: what will be allocated
             size *= self.rings.get(id(b.data), 1)
         self.allocs.append(size)
