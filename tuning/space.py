@@ -356,14 +356,14 @@ class _Builder:
                     tile_layout[p.stage] = (compute, p)
                     continue
                 if p.cache_write:
-                    self._microkernel_prior(p)  # before the pack knobs are drawn
+                    self._gemm_prior(p, cached=True)  # before the pack knobs are drawn
                     self.apply(CacheWriteStep(p.stage, "local"))
                     compute = f"{p.stage}.local"
                     tile_consumer[p.stage] = (compute, p)
                 elif p.consumer is not None:
                     tile_consumer[p.consumer] = (compute, p)
                 else:
-                    self._small_gemm_prior(p)  # before the pack knobs are drawn
+                    self._gemm_prior(p, cached=False)  # before the pack knobs are drawn
                 tile_compute[compute] = p
                 self._cache_packs(compute, p)
         done: set[str] = {name for packs in self.packs.values() for name, _ in packs}
@@ -385,77 +385,46 @@ class _Builder:
                 self._simple(name)
             done.add(name)
 
-    def _fresh_gemm(self, plan: StagePlan) -> tuple[ComputeOp, str, str, str, str] | None:
-        """``(op, key, row tile knob, column tile knob, k tile knob)`` of a fresh sample's
-        GEMM-like tile stage (`space_rules.gemm_like`) whose tiles are not given yet; None
-        otherwise (a replay or mutation, a relayout, another reduction)."""
-        if self.rng is None or plan.relayout is not None:
-            return None
+    def _gemm_prior(self, plan: StagePlan, cached: bool) -> None:
+        """A fresh candidate of a GEMM-like output reduction (`space_rules.gemm_like`) mostly
+        (`space_rules.MICROKERNEL_PRIOR`) draws its knobs together, in the cached sketch
+        (``cached``: accumulators in a local copy) as BLIS lays a GEMM out
+        (`space_rules.draw_microkernel`): a register tile sized to the target's vector
+        registers (6 x 16 floats on AVX2, 6 x 64 on AVX-512: uniform tile draws mostly spill
+        or leave FMA ports idle), k blocks around it, the accumulator at the inner tile loop,
+        vectorized, the outer loops fused in parallel and B packed per cache block. A GEMM too
+        small for cache blocks (`space_rules.small_gemm`: attention's per-head matmuls), in
+        either sketch, draws the register tile alone (`space_rules.draw_small_gemm`): k around
+        it, the accumulators at the tile (cached) or the tile unrolled (plain), every outer loop
+        parallel, nothing packed. All are ordinary knobs: given or mutated values stay, and
+        records replay them."""
+        if self.rng is None or plan.relayout is not None or plan.consumer is not None:
+            return
         op = self.state.stage(plan.stage).op
         assert isinstance(op, ComputeOp)
         key, n = plan.stage, len(op.axis)
         if n < 2 or not gemm_like(op):
-            return None
-        knobs = (f"{key}/S{n - 2}", f"{key}/S{n - 1}", f"{key}/R{len(op.reduce_axis) - 1}")
-        if any(k in self.params for k in knobs):
-            return None
-        return op, key, *knobs
-
-    def _microkernel_prior(self, plan: StagePlan) -> None:
-        """A fresh candidate of a GEMM-like output reduction (`space_rules.gemm_like`) mostly
-        (`space_rules.MICROKERNEL_PRIOR`) draws its knobs together as BLIS lays a GEMM out
-        (`space_rules.draw_microkernel`; a GEMM too small for cache blocks, the register tile
-        alone, nothing packed: `space_rules.draw_small_gemm`): a register tile sized to the target's vector
-        registers (6 x 16 floats on AVX2, 6 x 64 on AVX-512: uniform tile draws mostly spill
-        or leave FMA ports idle), k blocks around it, the accumulator at the inner tile loop,
-        vectorized, the outer loops fused in parallel and B packed per cache block. All are
-        ordinary knobs: given or mutated values stay, and records replay them."""
-        if plan.consumer is not None or (g := self._fresh_gemm(plan)) is None:
             return
-        op, key, ki, kj, kr = g
-        n = len(op.axis)
-        assert self.rng is not None  # a fresh sample (`_fresh_gemm`)
+        ki, kj, kr = f"{key}/S{n - 2}", f"{key}/S{n - 1}", f"{key}/R{len(op.reduce_axis) - 1}"
+        if any(k in self.params for k in (ki, kj, kr)):
+            return
+        ei, ej, ek = _extent(op.axis[-2]), _extent(op.axis[-1]), _extent(op.reduce_axis[-1])
+        small = small_gemm(ei, ej, ek)
+        if not (small or cached):
+            return
         from tecomp.codegen.target import Target
 
-        ei, ej, ek = _extent(op.axis[-2]), _extent(op.axis[-1]), _extent(op.reduce_axis[-1])
         bits = Target.parse(self.state.task.target).vector_bits
-        small = small_gemm(ei, ej, ek)
-        # a small GEMM: the register tile alone, its accumulators at the tile (`draw_small_gemm`)
         tiles = draw_small_gemm(ei, ej, ek, bits, self.rng) if small else draw_microkernel(ei, ej, ek, bits, self.rng)
         if tiles is None:
             return
-        drawn: dict[str, Any] = {ki: tiles["i"], kj: tiles["j"], kr: tiles["k"], f"{key}/at": 1,
-                                 f"{key}/vec": 1, f"{key}/par": n, f"{key}/unroll": 0 if small else 16}
+        drawn: dict[str, Any] = {ki: tiles["i"], kj: tiles["j"], kr: tiles["k"], f"{key}/vec": 1,
+                                 f"{key}/at" if cached else f"{key}/unroll_tile": 1,
+                                 f"{key}/par": n, f"{key}/unroll": 0 if small else 16}
         # the other reductions (none in a GEMM) run whole outside the k block
         drawn.update({f"{key}/R{d}": (1,) for d in range(len(op.reduce_axis) - 1)})
         drawn.update({f"{key}/S{d}": (1, 1, 1) for d in range(n - 2)})  # batch axes: one matrix per tile
         drawn.update({f"{key}/pack_{t}": 0 if small else 1 for t in plan.pack})
-        self.params = {**drawn, **self.params}
-
-    def _small_gemm_prior(self, plan: StagePlan) -> None:
-        """A fresh plain-tile candidate of a small GEMM-like reduction (`space_rules.small_gemm`:
-        attention's per-head matmuls) mostly draws its knobs together as a register tile
-        (`space_rules.draw_small_gemm`): the tile innermost and unrolled, vectorized, k around
-        it, every outer loop fused in parallel, nothing packed. Ordinary knobs: given or
-        mutated values stay."""
-        if (g := self._fresh_gemm(plan)) is None:
-            return
-        op, key, ki, kj, kr = g
-        n = len(op.axis)
-        assert self.rng is not None  # a fresh sample (`_fresh_gemm`)
-        ei, ej, ek = _extent(op.axis[-2]), _extent(op.axis[-1]), _extent(op.reduce_axis[-1])
-        if not small_gemm(ei, ej, ek):
-            return
-        from tecomp.codegen.target import Target
-
-        tiles = draw_small_gemm(ei, ej, ek, Target.parse(self.state.task.target).vector_bits, self.rng)
-        if tiles is None:
-            return
-        drawn: dict[str, Any] = {ki: tiles["i"], kj: tiles["j"], kr: tiles["k"], f"{key}/vec": 1,
-                                 f"{key}/unroll_tile": 1, f"{key}/par": n, f"{key}/unroll": 0}
-        drawn.update({f"{key}/R{d}": (1,) for d in range(len(op.reduce_axis) - 1)})
-        drawn.update({f"{key}/S{d}": (1, 1, 1) for d in range(n - 2)})  # batch axes: one matrix per tile
-        drawn.update({f"{key}/pack_{t}": 0 for t in plan.pack})
         self.params = {**drawn, **self.params}
 
     def _cache_packs(self, compute: str, plan: StagePlan) -> None:
