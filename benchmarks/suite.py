@@ -49,6 +49,7 @@ import tuning  # noqa: E402
 from tuning import workloads as wl  # noqa: E402
 from tuning.machine import local_machine  # noqa: E402
 from tuning.measure import RunOptions  # noqa: E402
+from tuning.prepack import prepacked_steps  # noqa: E402
 from tuning.records import iter_records  # noqa: E402
 from tuning.speed import MAX_DRIFT, SpeedIndex, kind_of, reference_job  # noqa: E402
 
@@ -210,16 +211,17 @@ def _traffic(task: tuning.SearchTask) -> int:
                for t in task.tensors)
 
 
-def _kernel(task: tuning.SearchTask, log: str, rec: Any, ins: list[np.ndarray], prepacked: bool,
+def _kernel(task: tuning.SearchTask, rec: Any, ins: list[np.ndarray], prepacked: bool,
             row: dict[str, Any]) -> tuple[Any, list[np.ndarray]]:
     """The kernel to time and its inputs: the best record's schedule on the plain arrays; or,
     with ``prepacked`` (or for a prepack task), its weight copies hoisted out
-    (`tuning.prepacked_best`): the kernel on weights packed here, once, beforehand, as a user
-    packs a constant weight -- the pack's time goes in ``row["pack_ms"]``."""
+    (`tuning.prepacked_best` of the record ``rec``): the kernel on weights packed here, once,
+    beforehand, as a user packs a constant weight -- the pack's time goes in
+    ``row["pack_ms"]``."""
     if not (prepacked or task.prepack):
         s, args = task.apply_steps(rec.steps)
         return tc.build(s, args, target=task.target), ins
-    pp = tuning.prepacked_best(task, log)
+    pp = prepacked_steps(task, rec.steps)
     if not pp.packs:  # the best packs nothing: the kernel is the schedule as it is
         return tc.build(*pp.kernel, target=task.target), ins
     mod = pp.build("kernel", target=task.target)
@@ -256,7 +258,7 @@ def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, round
     if op.workload is wl.batch_norm_infer:
         ins[2][...] = np.abs(ins[2]) + 0.1  # a variance: negative ones give NaNs, which compare as no error
     out = np.zeros(tuple(int(d.value) for d in task.tensors[-1].shape), "float32")  # type: ignore[attr-defined]
-    f, kins = _kernel(task, log, rec, ins, prepacked, row)
+    f, kins = _kernel(task, rec, ins, prepacked, row)
     f(*kins, out)
     ev = f.time_evaluator(number=1, repeat=1, min_repeat_ms=50)
     ours: list[float] = []
