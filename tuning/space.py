@@ -58,6 +58,7 @@ from .space_norm import build_row_sketch, is_row_sketch, row_sketches
 from .space_rules import (
     EXPENSIVE_CALLS,
     MAX_INNERMOST,
+    MICROKERNEL_KC,
     REGISTER_TILE_PRIOR,
     Relayout,
     _extent,
@@ -76,6 +77,7 @@ from .space_rules import (
     relayout_rule,
     sample_tile,
     small_gemm,
+    tile_fits,
 )
 from .space_rules import (
     readers as _readers,
@@ -315,12 +317,16 @@ class _Builder:
         return int(v)  # type: ignore[arg-type]
 
     def tile(self, key: str, extent: int, levels: int, max_inner: int = MAX_INNERMOST,
-             vector: bool = False) -> tuple[int, ...]:
+             vector: bool = False, keep_inner: int = 0) -> tuple[int, ...]:
+        """The tile knob ``key``: its given value when valid (`tile_fits`), a mutation of it,
+        or a fresh draw with the innermost factor at most ``max_inner``. ``keep_inner``: a
+        larger innermost factor that given values and mutations may keep (a prior's GEMM k
+        block, which uniform draws would not offer)."""
         v = self.params.get(key)
+        keep = max(max_inner, keep_inner)
         if isinstance(v, _Mutate):
-            v = mutate_tile(tuple(v.old), extent, self._draw(key), max_inner)
-        elif not (isinstance(v, tuple) and len(v) == levels and all(isinstance(x, int) and x > 0 for x in v)
-                  and v[-1] <= max_inner and math.prod(v) <= extent):
+            v = mutate_tile(tuple(v.old), extent, self._draw(key), keep)
+        elif not tile_fits(v, levels, extent, keep):
             v = sample_tile(extent, levels, self._draw(key), max_inner, vector)
         self.used[key] = v
         return v
@@ -466,8 +472,9 @@ class _Builder:
         return [self.tile(f"{key}/S{d}", _extent(a), SPATIAL_LEVELS, vector=d == last)
                 for d, a in enumerate(axes)]
 
-    def _reduce_tiles(self, key: str, axes: Sequence[IterVar]) -> list[tuple[int, ...]]:
-        return [self.tile(f"{key}/R{d}", _extent(a), REDUCE_LEVELS) for d, a in enumerate(axes)]
+    def _reduce_tiles(self, key: str, axes: Sequence[IterVar], keep_inner: int = 0) -> list[tuple[int, ...]]:
+        return [self.tile(f"{key}/R{d}", _extent(a), REDUCE_LEVELS, keep_inner=keep_inner)
+                for d, a in enumerate(axes)]
 
     def _split_all(self, name: str, axes: Sequence[IterVar], factors: Sequence[tuple[int, ...]]) -> list[list[IterVar]]:
         parts = []
@@ -536,7 +543,9 @@ class _Builder:
         if epi and self.rng is not None and f"{key}/S0" not in self.params:
             self.params = {**epilogue_tile_prior(key, cop.axis, cop.reduce_axis, self.rng), **self.params}
         s_tiles = self._spatial_tiles(key, cop.axis)
-        r_tiles = self._reduce_tiles(key, cop.reduce_axis)
+        # a GEMM's k block (`draw_microkernel`) may be long: its loop runs around the
+        # micro-kernel, not unrolled
+        r_tiles = self._reduce_tiles(key, cop.reduce_axis, 0 if epi or not gemm_like(cop) else MICROKERNEL_KC[-1])
         # consumer: S0 S1 | tile, the tile covering the two inner spatial levels
         yp = self._split_all(consumer, yop.axis, [(f[0], f[1] * f[2]) for f in s_tiles])
         self._reorder(consumer, [p[0] for p in yp] + [p[1] for p in yp] + [p[2] for p in yp])

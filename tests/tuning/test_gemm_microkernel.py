@@ -14,8 +14,8 @@ import tecomp as tc
 import tuning
 from tecomp.codegen.target import Target
 from tuning import workloads
-from tuning.space import space_for
-from tuning.space_rules import gemm_like, microkernel_shapes, small_gemm, vector_registers
+from tuning.space import Candidate, space_for
+from tuning.space_rules import gemm_like, microkernel_shapes, small_gemm, tile_fits, vector_registers
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
 
@@ -109,13 +109,7 @@ def test_tuner_draws_the_microkernel(target: str) -> None:
     assert len(found) >= 5
     if target != "llvm":  # other CPUs' code may not run here
         return
-    s, params = task.apply_steps(found[0].steps)
-    f = tc.build(s, params, target="llvm")
-    a = rng.random((n, n), dtype=np.float32)
-    b = rng.random((n, n), dtype=np.float32)
-    c_out = np.zeros((n, n), np.float32)
-    f(a, b, c_out)
-    np.testing.assert_allclose(c_out, a @ b, rtol=1e-4)
+    _check_matmul(task, found[0], (n, n, n), rng)
 
 
 @pytest.mark.parametrize("sketch", ["C:tile", "C:tile+cache"])
@@ -155,3 +149,50 @@ def test_small_gemm_samples_draw_the_register_tile(target: str, sketch: str) -> 
         out = np.zeros((12, 128, 64), np.float32)
         tc.build(s, params, target="llvm")(a, b, out)
         np.testing.assert_allclose(out, a @ b, rtol=1e-4)
+
+
+def test_tile_fits_a_partial_last_tile() -> None:
+    """1024 rows are 171 micro-kernels of 6 (the last one partial), not 172."""
+    assert tile_fits((171, 1, 6), 3, 1024, 64)
+    assert not tile_fits((172, 1, 6), 3, 1024, 64)
+    assert not tile_fits((1, 1, 128), 3, 1024, 64)  # innermost beyond the bound
+    assert not tile_fits((2, 2), 3, 1024, 64) and not tile_fits(None, 1, 8, 64)
+
+
+def test_tuner_draws_all_row_blocks_and_long_k_blocks() -> None:
+    """The prior offers one cache block of all the rows (each column block's B packed once,
+    the same work per parallel iteration) and k blocks beyond 64 (accumulators kept in
+    registers over more of k); such a candidate, with a partial last row tile, builds to
+    numpy's result."""
+    n, m, k = 100, 256, 512
+    task = tuning.SearchTask(workloads.matmul, (n, k, m), target="llvm -mcpu=znver1")
+    sp = space_for(task)
+    rng = np.random.default_rng(0)
+    found = None
+    kcs: set[int] = set()
+    for _ in range(200):
+        c = sp.instantiate(0, {}, rng)
+        assert c is not None
+        d = c.param_dict
+        si, kc = d["C/S0"], d["C/R0"][0]
+        if si[1] == 1 and si[2] == 6 and d["C/at"] == 1:  # the micro-kernel prior's draw
+            kcs.add(kc)
+            if si[0] * 6 >= n and kc >= 256:
+                found = c
+    assert kcs >= {64, 256, 512}, kcs
+    assert found is not None
+    _check_matmul(task, found, (n, k, m), rng)
+
+
+def _check_matmul(task: tuning.SearchTask, cand: Candidate, nkm: tuple[int, int, int],
+                  rng: np.random.Generator) -> None:
+    """``cand`` of the matmul ``task`` (n x k times k x m), built for the host, gives numpy's
+    product."""
+    n, k, m = nkm
+    s, params = task.apply_steps(cand.steps)
+    f = tc.build(s, params, target="llvm")
+    a = rng.random((n, k), dtype=np.float32)
+    b = rng.random((k, m), dtype=np.float32)
+    c_out = np.zeros((n, m), np.float32)
+    f(a, b, c_out)
+    np.testing.assert_allclose(c_out, a @ b, rtol=1e-4)
