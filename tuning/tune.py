@@ -3,7 +3,7 @@
 Budget. With one task, ``trials`` is the number of distinct candidates measured for it
 *including those already in the log*. With several, the budget is ``trials * len(tasks)``
 candidates in all (log included), spent in rounds of ``batch_size``: every task first gets one
-round (warm-up), then rounds up to a floor (a quarter of the budget shared out evenly:
+round (warm-up), then rounds up to a floor (half of the budget shared out evenly:
 `tuning.scheduler.floor_rounds`), then each round goes to the task whose next round promises
 the largest drop
 of the weighted latency ``sum_i weights[i] * best_cost_i`` (`GradientTaskScheduler`; a weight
@@ -224,7 +224,7 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     how a runner's ``capacity`` and ``exclusive`` shape the loop); default `LocalBuilder()` /
     `LocalRunner()` (closed at the end when created here). With several tasks the budget
     is ``trials * len(tasks)`` in all, given out by a gradient task scheduler that
-    minimises ``sum(weights[i] * best_cost[i])``, after a quarter of it was shared out evenly
+    minimises ``sum(weights[i] * best_cost[i])``, after half of it was shared out evenly
     (`tuning.scheduler.TASK_FLOOR`: no task is starved)
     (``weights``: one float >= 0 per task, default 1.0). ``warm_start``: logs of earlier runs
     (any tasks) that pre-train the cost model; they are read, never written, and their

@@ -106,8 +106,8 @@ def test_the_floor_gives_a_light_task_its_rounds_before_the_gradient_decides() -
     assert [b.next_task() for _ in range(3)] == [0, 0, 0]
 
 
-def test_floor_rounds_is_a_quarter_of_the_even_share() -> None:
-    assert floor_rounds(528, 8, 11) == 16 and floor_rounds(64, 8, 2) == 2
+def test_floor_rounds_is_half_of_the_even_share() -> None:
+    assert floor_rounds(528, 8, 11) == 33 and floor_rounds(64, 8, 2) == 4
     assert floor_rounds(528, 8, 1) == 0 and floor_rounds(4, 8, 3) == 0
 
 
