@@ -51,7 +51,7 @@ from tuning.machine import local_machine  # noqa: E402
 from tuning.measure import RunOptions  # noqa: E402
 from tuning.prepack import prepacked_steps  # noqa: E402
 from tuning.records import iter_records  # noqa: E402
-from tuning.speed import MAX_DRIFT, SpeedIndex, kind_of, reference_job  # noqa: E402
+from tuning.speed import SpeedIndex, drift_factor, kind_of, reference_job  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -288,7 +288,7 @@ def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, round
     # the log's claim (its best record's cost normalised by the speed index) against the time
     # now normalised alike: within a few percent when the claim holds
     base = index.baselines.get(f"{local_machine().id}/{kind}")
-    scale = min(MAX_DRIFT, max(1 / MAX_DRIFT, base / statistics.median(refs))) if base else 1.0
+    scale = drift_factor(base, statistics.median(refs)) if base else 1.0
     if task.prepack or "pack_ms" not in row:  # the log timed what was timed now
         row["logged_ms"] = index.cost(rec) * 1e3
         row["now_norm_ms"] = statistics.median(ours) * scale * 1e3

@@ -20,7 +20,9 @@ Candidates measured at different times are then compared through their *normalis
 ``mean cost x baseline / ref_s``, where the baseline is a reference time of the same machine
 and kind (`SpeedIndex`: for a log, the median of that machine's reference times of that
 kind in it; for a tuning run, the log's median when it resumes, else the first reference
-time it sees), the ratio kept within `MAX_DRIFT`. A result
+time it sees), the ratio kept within `MAX_DRIFT` and taken as 1 within `NOISE_BAND` (a
+reference a few percent off its baseline is the reference's own noise: the raw costs of
+longer kernels are steadier than that, `drift_factor`). A result
 without an index (an old record, a GPU measurement: no GPU reference kernel exists yet, so
 `tuning.gpu_measure`'s runners leave ``ref_s`` empty) is compared by its raw cost. Raw costs
 are never rewritten in a log; the normalised cost is computed where it is used.
@@ -61,10 +63,27 @@ UNSTEADY = 1.5
 # additive stall that a 0.1 ms reference feels 50x and a 10 ms candidate 2x -- and scaling
 # by it in full would turn a candidate timed in that moment into a false best
 MAX_DRIFT = 3.0
+# a reference time within this ratio of the baseline (either way) is the reference's own
+# noise, not the machine's drift: costs are then compared raw. Measured on a quiet 2-core Zen 3
+# (2026-11-25): the parallel reference of one 10-minute tuning run ranged 0.0567-0.0594 ms
+# (10th-90th percentile) and single measurements in later fresh processes 0.0543-0.0601 ms,
+# while those processes re-timed 23 logged convolutions (0.6-1.7 ms) within 1-3% of their raw
+# logged times; normalising by each fresh reference put 7 of them 5-8% off their claims.
+NOISE_BAND = 1.1
 PARALLEL, SERIAL = "parallel", "serial"  # the kinds of reference (module docstring)
 KINDS = (PARALLEL, SERIAL)
 
 _REFERENCE: dict[str, Any] = {}  # per measuring process: the compiled kernels and their arrays
+
+
+def drift_factor(baseline: float, ref_s: float) -> float:
+    """What a cost timed beside reference time ``ref_s`` is multiplied by to be in the units
+    of the machine at ``baseline``: ``baseline / ref_s``, 1.0 within `NOISE_BAND` (the
+    reference's own noise), kept within [1 / `MAX_DRIFT`, `MAX_DRIFT`]."""
+    f = baseline / ref_s
+    if 1.0 / NOISE_BAND <= f <= NOISE_BAND:
+        return 1.0
+    return min(MAX_DRIFT, max(1.0 / MAX_DRIFT, f))
 
 
 def kind_of(steps: Sequence[Any]) -> str:
@@ -222,12 +241,12 @@ class SpeedIndex:
             self.baselines.setdefault(_machine_key(res), float(res.ref_s))  # type: ignore[arg-type]
 
     def factor(self, res: Indexed) -> float:
-        """What ``res``'s raw costs are multiplied by (1.0: compared raw): baseline / ref_s,
-        kept within [1 / `MAX_DRIFT`, `MAX_DRIFT`]."""
+        """What ``res``'s raw costs are multiplied by (1.0: compared raw): `drift_factor`
+        of its machine's baseline and its reference time."""
         base = self.baselines.get(_machine_key(res))
         if base is None or not _usable(res):
             return 1.0
-        return min(MAX_DRIFT, max(1.0 / MAX_DRIFT, base / float(res.ref_s)))  # type: ignore[arg-type]
+        return drift_factor(base, float(res.ref_s))  # type: ignore[arg-type]
 
     def cost(self, res: Indexed) -> float:
         """The normalised mean cost of ``res`` (inf when it failed)."""
@@ -380,11 +399,11 @@ def retime(log: str, n: int, rounds: int = 7, opts: RunOptions | None = None,
             fresh = statistics.median(t) if t else math.inf
             ref_now = statistics.median(refs[kind]) if refs.get(kind) else math.nan
             base = index.baselines.get(f"{here}/{kind}")
-            scale = min(MAX_DRIFT, max(1.0 / MAX_DRIFT, base / ref_now)) if base is not None and ref_now > 0 else 1.0
+            scale = drift_factor(base, ref_now) if base is not None and ref_now > 0 else 1.0
             rows.append(Retimed(r, r.mean, index.cost(r), fresh, fresh * scale, kind, ref_now, err))
         out.append((task, rows))
     return out
 
 
-__all__ = ["KINDS", "MAX_DRIFT", "PARALLEL", "REFERENCE_REPEAT", "REFERENCE_SHAPE", "SERIAL", "UNSTEADY",
-           "Retimed", "SpeedIndex", "combined_ref", "kind_of", "reference_job", "retime", "retime_job"]
+__all__ = ["KINDS", "MAX_DRIFT", "NOISE_BAND", "PARALLEL", "REFERENCE_REPEAT", "REFERENCE_SHAPE", "SERIAL", "UNSTEADY",
+           "Retimed", "SpeedIndex", "combined_ref", "drift_factor", "kind_of", "reference_job", "retime", "retime_job"]

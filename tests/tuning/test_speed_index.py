@@ -18,7 +18,7 @@ from tuning.distributed import MeasuringActor
 from tuning.machine import local_machine
 from tuning.measure import LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, RunOptions, measure_batch
 from tuning.records import RecordWriter, aggregate, best_record, load_records
-from tuning.speed import MAX_DRIFT, PARALLEL, SERIAL, SpeedIndex, kind_of, reference_job
+from tuning.speed import MAX_DRIFT, NOISE_BAND, PARALLEL, SERIAL, SpeedIndex, drift_factor, kind_of, reference_job
 from tuning.steps import AnnotationStep, SplitStep
 
 STEPS = [(SplitStep("C", 1, (f,)), AnnotationStep("C", 2, "vectorize")) for f in (2, 4, 8, 16)]
@@ -79,6 +79,21 @@ def test_a_candidate_is_indexed_by_the_reference_of_its_kind() -> None:
     unsteady = MeasureResult((5e-3,), ok, machine=m, ref_s=2e-4, ref_kind=PARALLEL, ref_spread=2.0)
     assert index.cost(unsteady) == 5e-3
     assert SpeedIndex.from_records([unsteady]).baselines == {}
+
+
+def test_a_reference_within_its_noise_band_compares_costs_raw() -> None:
+    """A reference a few percent off its baseline is its own noise (a 0.05 ms parallel
+    kernel), not the machine's drift: costs then compare raw; beyond the band they are
+    normalised in full."""
+    assert drift_factor(1e-4, 1.05e-4) == 1.0 and drift_factor(1e-4, 0.95e-4) == 1.0
+    assert drift_factor(1e-4, 1e-4 * (NOISE_BAND - 0.01)) == 1.0
+    assert drift_factor(1e-4, 1e-4 * (NOISE_BAND + 0.02)) == pytest.approx(1 / (NOISE_BAND + 0.02))
+    assert drift_factor(1e-4, 2e-4) == pytest.approx(0.5) and drift_factor(2e-4, 1e-4) == pytest.approx(2.0)
+    assert drift_factor(1e-4, 1e-2) == pytest.approx(1 / MAX_DRIFT) and drift_factor(1e-2, 1e-4) == MAX_DRIFT
+    m = local_machine()
+    index = SpeedIndex({f"{m.id}/{PARALLEL}": 1e-4})
+    noisy = MeasureResult((5e-3,), MeasureErrorNo.NO_ERROR, machine=m, ref_s=1.06e-4, ref_kind=PARALLEL)
+    assert index.cost(noisy) == 5e-3 and index.normalise(noisy) is noisy
 
 
 def _synthetic_log(path: Path, task: tuning.SearchTask, true_costs: list[float], ref: float = 1e-4) -> None:
