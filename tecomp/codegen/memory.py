@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
+from llvmlite.ir.instructions import Instruction
 
 from ..errors import CodegenError
 from ..ir import dtype as dt
@@ -164,14 +165,15 @@ class MemoryMixin:
                 if vmask is None:
                     v = b.load(ptr, typ=vty, align=align)
                 else:
-                    v = self._masked("load", vty, [ptr, ir.Constant(I32, align), vmask,
-                                                   ir.Constant(vty, None)])
+                    v = self._masked_zero("load", vty, [ptr, ir.Constant(I32, align), vmask], vmask)
             elif lanes > 1:
                 vty = ir.VectorType(memel, lanes)
                 ptrs = self._vector_gep(info.ptr, idx, memel)
-                v = self._masked("gather", vty, [ptrs, ir.Constant(I32, align),
-                                                 vmask if vmask is not None else _all_true(lanes),
-                                                 ir.Constant(vty, None)])
+                if vmask is None:
+                    v = self._masked("gather", vty, [ptrs, ir.Constant(I32, align), _all_true(lanes),
+                                                     ir.Constant(vty, None)])
+                else:
+                    v = self._masked_zero("gather", vty, [ptrs, ir.Constant(I32, align), vmask], vmask)
             else:
                 ptr = b.gep(info.ptr, [idx], inbounds=True, source_etype=memel)
                 v = b.load(ptr, typ=memel, align=align)
@@ -269,6 +271,19 @@ class MemoryMixin:
         # llvmlite types a GEP by its base; with a vector index the result is a vector of ptrs.
         g.type = ir.VectorType(PTR, idx.type.count)
         return g
+
+    def _masked_zero(self, op: str, vty: ir.Type, args: list[ir.Value], vmask: ir.Value) -> ir.Value:
+        """A masked load or gather whose masked-off lanes are zero, by a select on its frozen
+        result rather than by its pass-through operand. LLVM 22's x86 backend miscompiles a
+        masked load whose mask has lanes known to be false but is not a constant (``splat(c)
+        & <1 x 8, 0 x 8>``, as a padded tile's last vector gets): it loads those lanes from
+        memory instead of taking the pass-through (reproduced in plain IR; found as a wrong
+        depthwise convolution in a tuning run). The freeze keeps InstCombine from folding the
+        select back into the pass-through."""
+        raw = self._masked(op, vty, [*args, ir.Constant(vty, ir.Undefined)])
+        frozen = Instruction(self.b.block, vty, "freeze", [raw])
+        self.b._insert(frozen)  # llvmlite's builder has no freeze; this is its generic instruction
+        return self.b.select(vmask, frozen, ir.Constant(vty, None))
 
     def _masked(self, op: str, vty: ir.Type, args: list[ir.Value]) -> ir.Value:
         # The i32 alignment operand is the pre-LLVM-22 form; LLVM auto-upgrades it to an
