@@ -153,7 +153,8 @@ def test_vector_ramp_with_tail_predicate(size: int) -> None:
     f(a, c)
     np.testing.assert_allclose(c, a * 2)
     ll = f.get_source("ll-unopt")
-    assert "llvm.masked.load" in ll and "llvm.masked.store" in ll
+    # AVX/AVX2 hosts load by AVX's own masked load (`CodegenCPU._masked_zero`)
+    assert ("llvm.masked.load" in ll or "llvm.x86.avx.maskload" in ll) and "llvm.masked.store" in ll
 
 
 def test_contiguous_vector_without_predicate_is_plain_load() -> None:
