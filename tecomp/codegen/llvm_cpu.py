@@ -126,8 +126,8 @@ class CodegenCPU(CodegenLLVM):
         that made some depthwise kernels' padded-tile copies several times slower (MobileNet-V2's
         dw 3x3 144@56 on Zen 3: 0.17 ms before the workaround, 0.86 with the select, 0.185
         with this); the intrinsic is what LLVM would emit for the load, minus the miscompiled
-        fold. InstCombine turns it back into a generic masked load only
-        when its mask is a constant, where the miscompile does not arise."""
+        fold. InstCombine turns it back into a generic masked load only when its mask is a
+        constant, where the miscompile does not arise."""
         piece = self._x86_maskload_piece(vty) if op == "load" else None
         if piece is None:
             return super()._masked_zero(op, vty, args, vmask)
@@ -142,7 +142,7 @@ class CodegenCPU(CodegenLLVM):
         if width != n:
             mi = b.shuffle_vector(mi, ir.Constant(mi.type, None), _lanes([min(i, n) for i in range(width)]))
         fnty = ir.FunctionType(ir.VectorType(vty.element, chunk), [PTR, ir.VectorType(mty, chunk)])
-        fn = self.module.globals.get(name) or ir.Function(self.module, fnty, name)
+        fn = declare(self.module, name, fnty)
         parts = []
         for k in range(0, width, chunk):
             mk = mi if chunk == width else b.shuffle_vector(mi, ir.Constant(mi.type, ir.Undefined),
@@ -171,7 +171,7 @@ class CodegenCPU(CodegenLLVM):
             kind, bits, mty = "avx.maskload.ps", 32, I32
         elif isinstance(el, ir.DoubleType):
             kind, bits, mty = "avx.maskload.pd", 64, I64
-        elif isinstance(el, ir.IntType) and el.width in (32, 64) and self.target.has_feature("avx2"):
+        elif isinstance(el, ir.IntType) and el.width in (32, 64) and t.has_feature("avx2"):
             kind, bits, mty = ("avx2.maskload.d" if el.width == 32 else "avx2.maskload.q"), el.width, ir.IntType(el.width)
         else:
             return None
@@ -435,9 +435,6 @@ def codegen_cpu(funcs: list[S.PrimFunc], target: Target, debug: bool = False,
     return cg.module
 
 
-__all__ = ["CodegenCPU", "ErrorCode", "FnState", "codegen_cpu"]
-
-
 def _lanes(idx: Iterable[int]) -> ir.Constant:
     """A shufflevector lane list."""
     vals = [ir.Constant(I32, i) for i in idx]
@@ -447,3 +444,7 @@ def _lanes(idx: Iterable[int]) -> ir.Constant:
 def _concat(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
     """The vector of ``lo``'s lanes then ``hi``'s (two vectors of one type)."""
     return b.shuffle_vector(lo, hi, _lanes(range(2 * lo.type.count)))
+
+
+__all__ = ["CodegenCPU", "ErrorCode", "FnState", "codegen_cpu"]
+
