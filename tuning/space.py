@@ -544,8 +544,11 @@ class _Builder:
             self.params = {**epilogue_tile_prior(key, cop.axis, cop.reduce_axis, self.rng), **self.params}
         s_tiles = self._spatial_tiles(key, cop.axis)
         # a GEMM's k block (`draw_microkernel`) may be long: its loop runs around the
-        # micro-kernel, not unrolled
-        r_tiles = self._reduce_tiles(key, cop.reduce_axis, 0 if epi or not gemm_like(cop) else MICROKERNEL_KC[-1])
+        # micro-kernel, not unrolled. Asked of the task's own op (the stage's origin, which
+        # `_gemm_prior` asked too: cached), not of this build's accumulator copy
+        origin = self.state.stage(key).origin_op
+        long_k = not epi and isinstance(origin, ComputeOp) and gemm_like(origin)
+        r_tiles = self._reduce_tiles(key, cop.reduce_axis, MICROKERNEL_KC[-1] if long_k else 0)
         # consumer: S0 S1 | tile, the tile covering the two inner spatial levels
         yp = self._split_all(consumer, yop.axis, [(f[0], f[1] * f[2]) for f in s_tiles])
         self._reorder(consumer, [p[0] for p in yp] + [p[1] for p in yp] + [p[2] for p in yp])

@@ -440,6 +440,7 @@ def small_gemm(ei: int, ej: int, ek: int) -> bool:
     return not any(ej % c == 0 for c in MICROKERNEL_NC) and ei * ej * ek >= 1 << 18
 
 
+@functools.lru_cache(maxsize=256)  # by identity: the search asks it of a task's own ops every build
 def gemm_like(op: ComputeOp) -> bool:
     """A 2-D-or-more reduction whose innermost spatial axis is the bare last index of one
     input (``B[r, j]``: contiguous vectors along it) and whose next axis is a bare index of
