@@ -7,7 +7,7 @@ interleaved with it.
     python benchmarks/suite.py --trials 3000 --log suite.jsonl      # the real run (hours)
     python benchmarks/suite.py --ops bert --trials 64               # a quick look at one net
     python benchmarks/suite.py --log suite.jsonl --trials 0         # re-time an existing log
-    python benchmarks/suite.py --ops resnet50 --prepack              # convolutions on packed weights
+    python benchmarks/suite.py --ops resnet50 --prepack              # constant weights packed once
 
 Prints one row per operator: tecomp and PyTorch ms per call (best of interleaved rounds on
 the same arrays), the ratio (PyTorch time / tecomp time: above 1 is faster than PyTorch), and
@@ -17,8 +17,8 @@ speed as a fraction of this machine's peak (benchmarks/peak.py: GFLOP/s of the f
 peak for compute-bound operators, GB/s of the streaming bandwidth for memory-bound ones);
 then the geometric mean of the ratios and the end-to-end latency of each network weighted by
 how often each operator occurs in it. The log resumes: run the same command again to go on.
-``--prepack`` tunes the convolutions as prepack tasks (the constant weight packed once,
-outside the timed kernel, as the issue's layout rewriting has it) and times them so, printing
+``--prepack`` tunes the convolutions and dense layers as prepack tasks (their constant weight
+packed once, outside the timed kernel, as a deployed network does) and times them so, printing
 the pack's own time beside; ``--time-prepacked`` times any log's kernels that way.
 Needs PyTorch (the CPU build) for the comparison; without it only tecomp's times print.
 """
@@ -162,7 +162,9 @@ NETS = {"resnet50": RESNET, "mobilenet_v2": MOBILENET, "bert": BERT, "norms": NO
 
 
 # workloads whose weight the layout sketches copy into a packed layout (`--prepack`)
-PREPACK_WORKLOADS = (wl.conv2d, wl.conv2d_grouped)
+# and the dense layers: a network's weights are constants, as a convolution's are
+PREPACK_WORKLOADS = (wl.conv2d, wl.conv2d_grouped, wl.dense, wl.dense_relu, wl.dense_gelu,
+                     wl.dense_bias_residual)
 
 
 def torch_fn(op: Op, ins: list[np.ndarray]) -> Callable[[], Any]:
@@ -248,9 +250,10 @@ def _kernel(task: tuning.SearchTask, rec: Any, ins: list[np.ndarray], prepacked:
 def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, rounds: int, pk: Peak,
              have_torch: bool, prepacked: bool = False) -> dict[str, Any]:
     """Build the log's best schedule of ``task``, check it against PyTorch and time both,
-    interleaved, on the same ordinary numpy arrays; and compare the log's claim with the time
-    now, both normalised by the machine-speed index (``log/now``). ``prepacked`` (always for
-    a prepack task): the kernel on its weights packed once beforehand (`_kernel`)."""
+    interleaved, on the same numpy arrays (placed as the tuner places its own); and compare
+    the log's claim with the time now, both normalised by the machine-speed index
+    (``log/now``). ``prepacked`` (always for a prepack task): the kernel on its weights packed
+    once beforehand (`_kernel`)."""
     row: dict[str, Any] = {"op": op, "task": task}
     try:
         rec = tuning.best_record(log, task)
@@ -322,7 +325,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per operator")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prepack", action="store_true",
-                    help="tune the convolutions as prepack tasks (ranked with their weights packed "
+                    help="tune the convolutions and dense layers as prepack tasks (ranked with their weights packed "
                          "outside the kernel, SearchTask(prepack=True)) and time them on packed weights")
     ap.add_argument("--time-prepacked", action="store_true",
                     help="time every kernel that copies a weight into another layout on its weight "
@@ -370,7 +373,7 @@ def main() -> None:
     if claims:
         off = [c for c in claims if abs(c[0] - 1) > 0.05]
         print(f"log/now: the log's best (normalised by the speed index) over the time now on "
-              f"ordinary numpy arrays (normalised alike); {len(claims) - len(off)} of {len(claims)} "
+              f"numpy arrays placed as the tuner's (normalised alike); {len(claims) - len(off)} of {len(claims)} "
               f"within 5%" + (f"; off: {', '.join(f'{n} {c:.2f}x' for c, n in off)}" if off else ""))
     for net in a.ops:
         mine = [r for r in rows if r["op"].net == NETS[net][0].net and "ms" in r]
