@@ -46,7 +46,7 @@ from timing import best_of  # noqa: E402
 import tecomp as tc  # noqa: E402
 import tuning  # noqa: E402
 from tuning import prepack, workloads  # noqa: E402
-from tuning.measure import aligned_empty  # noqa: E402
+from tuning.measure import measure_empty  # noqa: E402
 from tuning.space import SearchSpace, Sketch  # noqa: E402
 
 # (N, CI, H, W, CO, KH, KW, stride, pad): ResNet-50's stride-2 3x3 layers, a stride-1 3x3 and a 1x1
@@ -158,7 +158,7 @@ def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_g
     rng = np.random.default_rng(0)
     arrs: list[np.ndarray] = []
     for tt in task.tensors:
-        a = aligned_empty(tuple(int(d.value) for d in tt.shape), tt.dtype)  # type: ignore[attr-defined]
+        a = measure_empty(tuple(int(d.value) for d in tt.shape), tt.dtype)  # type: ignore[attr-defined]
         a[...] = rng.random(a.shape) if len(arrs) < 2 else 0
         arrs.append(a)
     ref_name, run_ref = reference(arrs[:2], args)
@@ -171,7 +171,7 @@ def run_layer(name: str, args: tuple[int, ...], opts: argparse.Namespace, peak_g
         evs[space] = f.time_evaluator(number=opts.number, repeat=opts.repeat)
     packed = {}
     for space, (kf, pf, h) in pre.items():
-        wp = aligned_empty(tuple(int(d.value) for d in h.packed.shape), "float32")  # type: ignore[attr-defined]
+        wp = measure_empty(tuple(int(d.value) for d in h.packed.shape), "float32")  # type: ignore[attr-defined]
         pf(arrs[1], wp)
         np.testing.assert_array_equal(wp, h.numpy(arrs[1]))
         arrs[2][...] = np.nan

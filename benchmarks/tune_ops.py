@@ -48,7 +48,7 @@ from timing import best_of  # noqa: E402
 import tecomp as tc  # noqa: E402
 import tuning  # noqa: E402
 from tuning import workloads  # noqa: E402
-from tuning.measure import aligned_empty  # noqa: E402
+from tuning.measure import measure_empty  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -117,15 +117,15 @@ def of_peak(name: str, task: tuning.SearchTask, seconds: float, pk: Peak) -> tup
 
 
 # Re-time the best record of each log in a fresh interpreter, the way the tuner's runner does
-# (64-byte aligned random inputs, time_evaluator with repeats of at least 20 ms, as
-# LocalRunner's min_repeat_ms: a 30 us kernel timed 3 calls at a time measures mostly
-# wake-up noise). With several logs their bests are timed in turn, call after call, so a burst
+# (random inputs placed where the tuner places its own, 16 bytes past 64; time_evaluator with
+# repeats of at least 20 ms, as LocalRunner's min_repeat_ms: a 30 us kernel timed 3 calls at a
+# time measures mostly wake-up noise). With several logs their bests are timed in turn, call after call, so a burst
 # of load hits them alike. Prints, per log, the claimed and the re-timed seconds per call.
 _RETIME = r"""
 import json, statistics, sys
 import numpy as np
 import tecomp as tc
-from tuning.measure import aligned_empty
+from tuning.measure import measure_empty
 from tuning.records import best_record
 from tuning.task import SearchTask
 task = SearchTask.from_json(json.loads(sys.argv[1]))
@@ -140,7 +140,7 @@ for name, rec in recs.items():
 rng = np.random.default_rng(0)
 arrs = []
 for t in task.tensors:
-    a = aligned_empty(tuple(int(d.value) for d in t.shape), t.dtype)
+    a = measure_empty(tuple(int(d.value) for d in t.shape), t.dtype)
     a[...] = rng.random(a.shape)
     arrs.append(a)
 if warmup:
@@ -183,7 +183,7 @@ def run_op(name: str, op: Op, args: argparse.Namespace, pk: Peak) -> dict[str, A
     rng = np.random.default_rng(0)
     arrs: list[np.ndarray] = []
     for t in params:
-        a = aligned_empty(tuple(int(d.value) for d in t.shape), t.dtype)  # type: ignore[attr-defined]
+        a = measure_empty(tuple(int(d.value) for d in t.shape), t.dtype)  # type: ignore[attr-defined]
         a[...] = rng.random(a.shape) if len(arrs) < op.n_inputs else 0
         arrs.append(a)
     run_torch = op.torch_fn(arrs[: op.n_inputs])
