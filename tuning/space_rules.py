@@ -399,11 +399,15 @@ MICROKERNEL_PRIOR = 0.5  # odds that a fresh GEMM candidate draws a register-fil
 # benchmarks/gemm.py, 6 x 16 tile): kc 256 86.7%, 512 88.1%, 1024 91.2% of the FMA peak.
 MICROKERNEL_KC = (32, 64, 256, 512, 1024)
 MICROKERNEL_NC = (128, 256, 512)  # columns of a cache block (kc x nc of B in L1/L2)
-# rows of a cache block (rounded down to whole micro-kernels), or 0: all the rows in one block
-# (the last micro-kernel partial), so each column block's B is packed once and every parallel
-# iteration does the same work. Measured on GEMM 1024^3 (Zen 3): 384-row blocks 75% of the
-# peak, all rows 91%; 1020 rows (a 4-row block of its own, B packed again for it) 46%.
+# rows of a cache block, or 0: all the rows in one block (the last micro-kernel partial), so
+# each column block's B is packed once and every parallel iteration does the same work. A
+# size is a target: the rows are cut into as many blocks as it gives, of equal size in whole
+# micro-kernels (`_row_block`). Measured on GEMM 1024^3 (Zen 3, 6 x 16 tile, 64 columns):
+# 384-row blocks (the last of 256) 76-78% of the peak, three equal blocks of 342 rows 81-82%,
+# all rows 91-92%; 1020 rows (a 4-row block of its own, B packed again for it) 46%. All rows
+# is drawn as often as the three sizes together.
 MICROKERNEL_MC = (96, 192, 384, 0)
+MICROKERNEL_MC_WEIGHTS = (1.0, 1.0, 1.0, 3.0)
 
 
 SMALL_GEMM_KU = (1, 4, 8)  # k unrolled by the small-GEMM register tile (`draw_small_gemm`)
@@ -483,13 +487,22 @@ def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
     nr = nv * lanes
     ncs = [c for c in MICROKERNEL_NC if c % nr == 0 and ej % c == 0]
     nc = ncs[int(rng.integers(len(ncs)))]
-    mc = MICROKERNEL_MC[int(rng.integers(len(MICROKERNEL_MC)))] // mr * mr
-    # all rows: as many micro-kernels as cover them (a tile may overhang its extent by less
-    # than one micro-kernel, `tile_fits`)
-    mc = -(-ei // mr) * mr if mc == 0 else max(min(mc, ei // mr * mr), mr)
+    w_mc = np.array(MICROKERNEL_MC_WEIGHTS)
+    mc = _row_block(ei, mr, MICROKERNEL_MC[int(rng.choice(len(MICROKERNEL_MC), p=w_mc / w_mc.sum()))])
     kcs = [k for k in MICROKERNEL_KC if ek % k == 0] or [d for d in divisors(ek) if d <= MAX_INNERMOST][-1:]
     kc = kcs[int(rng.integers(len(kcs)))]
     return {"i": (mc // mr, 1, mr), "j": (1, nc // nr, nr), "k": (kc,)}
+
+
+def _row_block(ei: int, mr: int, target: int) -> int:
+    """Rows per cache block of ``ei`` rows for a block of about ``target`` rows (0: all of
+    them): the rows cut into ``ceil(ei / target)`` blocks as equal as whole ``mr``-row
+    micro-kernels make them, the last one short by less than a micro-kernel (`tile_fits`),
+    not a remainder block of its own that leaves one thread idle."""
+    if target <= 0 or target >= ei:
+        return -(-ei // mr) * mr  # all rows: as many micro-kernels as cover them
+    rows = -(-ei // -(-ei // max(target, mr)))  # ceil(ei / blocks)
+    return -(-rows // mr) * mr
 
 
 def tile_fits(v: Any, levels: int, extent: int, max_inner: int) -> TypeGuard[tuple[int, ...]]:

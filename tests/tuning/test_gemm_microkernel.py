@@ -15,7 +15,7 @@ import tuning
 from tecomp.codegen.target import Target
 from tuning import workloads
 from tuning.space import Candidate, space_for
-from tuning.space_rules import gemm_like, microkernel_shapes, small_gemm, tile_fits, vector_registers
+from tuning.space_rules import _row_block, gemm_like, microkernel_shapes, small_gemm, tile_fits, vector_registers
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
 
@@ -182,6 +182,34 @@ def test_tuner_draws_all_row_blocks_and_long_k_blocks() -> None:
     assert kcs >= {64, 256, 512}, kcs
     assert found is not None
     _check_matmul(task, found, (n, k, m), rng)
+
+
+def test_row_blocks_are_cut_equal() -> None:
+    """A cache block of about 384 rows cuts 1024 rows into three blocks of 342 (57
+    micro-kernels of 6, the last block 340 rows), not 384 + 384 + 256: equal work per
+    parallel iteration. All rows is one block, and a target beyond the rows is all rows."""
+    assert _row_block(1024, 6, 384) == 342
+    assert _row_block(1024, 6, 0) == _row_block(1024, 6, 4096) == 1026
+    assert _row_block(128, 6, 384) == 132  # before: 126 rows and a 2-row block of their own
+    for ei, mr, target in [(1024, 6, 96), (1024, 6, 192), (1024, 4, 384), (3072, 6, 384), (768, 6, 384)]:
+        mc = _row_block(ei, mr, target)
+        blocks = -(-ei // mc)
+        assert mc % mr == 0 and tile_fits((mc // mr, 1, mr), 3, ei, 64)
+        assert blocks == -(-ei // target)  # as many blocks as the target asks
+        # the last block short by less than a micro-kernel per block (384 + 384 + 256 is not)
+        assert ei - (blocks - 1) * mc >= mc - blocks * mr
+    # the prior's draws on GEMM 1024^3 use these blocks only
+    task = tuning.SearchTask(workloads.matmul, (1024, 1024, 1024), target="llvm -mcpu=znver1")
+    sp = space_for(task)
+    rng = np.random.default_rng(1)
+    rows: set[int] = set()
+    for _ in range(200):
+        c = sp.instantiate(0, {}, rng)
+        assert c is not None
+        d = c.param_dict
+        if d["C/S0"][1:] == (1, 6) and d["C/at"] == 1:
+            rows.add(d["C/S0"][0] * 6)
+    assert rows <= {96, 174, 342, 1026} and 1026 in rows and 342 in rows, rows
 
 
 def _check_matmul(task: tuning.SearchTask, cand: Candidate, nkm: tuple[int, int, int],
