@@ -497,8 +497,8 @@ def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
 def _row_block(ei: int, mr: int, target: int) -> int:
     """Rows per cache block of ``ei`` rows for a block of about ``target`` rows (0: all of
     them): the rows cut into ``ceil(ei / target)`` blocks as equal as whole ``mr``-row
-    micro-kernels make them, the last one short by less than a micro-kernel (`tile_fits`),
-    not a remainder block of its own that leaves one thread idle."""
+    micro-kernels make them (1024 rows at 384: 342 + 342 + 340, the last micro-kernel partial,
+    `tile_fits`), not full blocks and a remainder that leaves a thread idle (384 + 384 + 256)."""
     if target <= 0 or target >= ei:
         return -(-ei // mr) * mr  # all rows: as many micro-kernels as cover them
     rows = -(-ei // -(-ei // max(target, mr)))  # ceil(ei / blocks)
