@@ -532,7 +532,8 @@ ALIGN = 64
 # splits a cache line), so a time measured on aligned arrays is a claim that users' ordinary
 # arrays do not keep, and a search on aligned arrays prefers kernels that lose the most off
 # them. 16 past 64 is the slowest placement numpy allows for AVX2 and AVX-512 vectors alike
-# (48 splits as often), so a logged time holds on any numpy array.
+# (48 splits as often), so no numpy array's offset makes a kernel slower than its log says
+# (where the arrays lie within their pages still moves some kernels by 10-25%: cache sets).
 MEASURE_OFFSET = 16
 
 
