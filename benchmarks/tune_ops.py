@@ -119,8 +119,9 @@ def of_peak(name: str, task: tuning.SearchTask, seconds: float, pk: Peak) -> tup
 # Re-time the best record of each log in a fresh interpreter, the way the tuner's runner does
 # (random inputs placed where the tuner places its own, 16 bytes past 64; time_evaluator with
 # repeats of at least 20 ms, as LocalRunner's min_repeat_ms: a 30 us kernel timed 3 calls at a
-# time measures mostly wake-up noise). With several logs their bests are timed in turn, call after call, so a burst
-# of load hits them alike. Prints, per log, the claimed and the re-timed seconds per call.
+# time measures mostly wake-up noise). With several logs their bests are timed in turn, call
+# after call, so a burst of load hits them alike. Prints, per log, the claimed and the re-timed
+# seconds per call.
 _RETIME = r"""
 import json, statistics, sys
 import numpy as np

@@ -544,9 +544,9 @@ def aligned_empty(shape: tuple[int, ...], dtype: str, align: int = ALIGN, offset
     inputs; the tuner measures at ``offset=MEASURE_OFFSET``, as ordinary numpy arrays lie
     (`measure_empty`).
     """
-    if offset % np.dtype(dtype).itemsize or not 0 <= offset < align:
-        raise ValueError(f"offset {offset} must be a multiple of the item size of {dtype} below {align}")
     dt = np.dtype(dtype)
+    if offset % dt.itemsize or not 0 <= offset < align:
+        raise ValueError(f"offset {offset} must be a multiple of the item size of {dtype} below {align}")
     n = int(np.prod(shape)) if shape else 1
     raw = np.empty(n * dt.itemsize + 2 * align, np.uint8)
     off = (-raw.ctypes.data) % align + offset

@@ -408,6 +408,7 @@ MICROKERNEL_NC = (128, 256, 512)  # columns of a cache block (kc x nc of B in L1
 # is drawn as often as the three sizes together.
 MICROKERNEL_MC = (96, 192, 384, 0)
 MICROKERNEL_MC_WEIGHTS = (1.0, 1.0, 1.0, 3.0)
+_MC_P = np.array(MICROKERNEL_MC_WEIGHTS) / sum(MICROKERNEL_MC_WEIGHTS)  # drawn per fresh candidate
 
 
 SMALL_GEMM_KU = (1, 4, 8)  # k unrolled by the small-GEMM register tile (`draw_small_gemm`)
@@ -487,8 +488,7 @@ def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
     nr = nv * lanes
     ncs = [c for c in MICROKERNEL_NC if c % nr == 0 and ej % c == 0]
     nc = ncs[int(rng.integers(len(ncs)))]
-    w_mc = np.array(MICROKERNEL_MC_WEIGHTS)
-    mc = _row_block(ei, mr, MICROKERNEL_MC[int(rng.choice(len(MICROKERNEL_MC), p=w_mc / w_mc.sum()))])
+    mc = _row_block(ei, mr, MICROKERNEL_MC[int(rng.choice(len(MICROKERNEL_MC), p=_MC_P))])
     kcs = [k for k in MICROKERNEL_KC if ek % k == 0] or [d for d in divisors(ek) if d <= MAX_INNERMOST][-1:]
     kc = kcs[int(rng.integers(len(kcs)))]
     return {"i": (mc // mr, 1, mr), "j": (1, nc // nr, nr), "k": (kc,)}
@@ -501,7 +501,8 @@ def _row_block(ei: int, mr: int, target: int) -> int:
     `tile_fits`), not full blocks and a remainder that leaves a thread idle (384 + 384 + 256)."""
     if target <= 0 or target >= ei:
         return -(-ei // mr) * mr  # all rows: as many micro-kernels as cover them
-    rows = -(-ei // -(-ei // max(target, mr)))  # ceil(ei / blocks)
+    blocks = -(-ei // max(target, mr))
+    rows = -(-ei // blocks)
     return -(-rows // mr) * mr
 
 

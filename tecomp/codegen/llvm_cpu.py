@@ -447,4 +447,3 @@ def _concat(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
 
 
 __all__ = ["CodegenCPU", "ErrorCode", "FnState", "codegen_cpu"]
-
