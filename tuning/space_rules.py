@@ -156,8 +156,14 @@ def sample_tile(extent: int, levels: int, rng: np.random.Generator,
 
 def mutate_tile(old: tuple[int, ...], extent: int, rng: np.random.Generator,
                 max_inner: int = MAX_INNERMOST) -> tuple[int, ...]:
-    """Move a prime factor between two tile levels (the outermost level included)."""
+    """Move a prime factor between two tile levels (the outermost level included). A tile
+    that does not divide the extent (a GEMM micro-kernel's 6 rows in 1024) has no factors to
+    move: it is cut anew (`recut_tile`), keeping its inner tiles."""
     inner = math.prod(old)
+    if extent % inner and len(old) >= 2:
+        cut = recut_tile(old, extent, rng)
+        if cut is not None:
+            return cut
     if extent % inner == 0:
         levels = [extent // inner, *old]
         for _ in range(8):
@@ -174,6 +180,25 @@ def mutate_tile(old: tuple[int, ...], extent: int, rng: np.random.Generator,
             if new[-1] <= max_inner:
                 return tuple(new[1:])
     return sample_tile(extent, len(old), rng, max_inner)
+
+
+TAIL_BLOCKS_MAX = 8  # a re-cut tile's blocks (`recut_tile`): thread-sized pieces, not many small ones
+
+
+def recut_tile(old: tuple[int, ...], extent: int, rng: np.random.Generator) -> tuple[int, ...] | None:
+    """``old`` with its outermost given level re-cut: the ``u`` tiles of the level below it
+    that cover ``extent`` (the last one partial) shared among another number of equal
+    blocks, at most `TAIL_BLOCKS_MAX` (the rows of a 6-row GEMM micro-kernel in 1024: 171
+    tiles in one block of 171, two of 86, three of 57, ...). This is how a tile with a tail
+    mutates: a prime-factor move (`mutate_tile`) needs a tile that divides the extent, and a
+    fresh draw would lose the tiles below. None when no other cut exists."""
+    below = math.prod(old[1:])
+    units = -(-extent // below)
+    cuts = sorted(c for c in {-(-units // b) for b in range(1, min(units, TAIL_BLOCKS_MAX) + 1)} - {old[0]}
+                  if tile_fits((c, *old[1:]), len(old), extent, old[-1]))
+    if not cuts:
+        return None
+    return (cuts[int(rng.integers(len(cuts)))], *old[1:])
 
 
 # layout rewrite ------------------------------------------------------------------------------

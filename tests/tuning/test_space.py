@@ -213,6 +213,21 @@ def test_tile_sampling() -> None:
         assert np.prod(g) <= 256 and 256 % np.prod(g) == 0 and g != (2, 4, 8)
 
 
+def test_tile_with_a_tail_mutates_by_recutting() -> None:
+    """A tile that leaves a tail (a GEMM's 6-row micro-kernels cut 1024 rows into 3 blocks of
+    57) mutates into another cut of the same micro-kernels -- one block of 171, two of 86 --
+    not into a fresh tile that drops the 6 rows (which made the search stay at 57)."""
+    from tuning.space_rules import recut_tile, tile_fits
+
+    rng = np.random.default_rng(0)
+    seen = {mutate_tile((57, 6), 1024, rng) for _ in range(100)}
+    assert seen == {(171, 6), (86, 6), (43, 6), (35, 6), (29, 6), (25, 6), (22, 6)}
+    for _ in range(100):  # three levels: the outermost given one is re-cut, the rest kept
+        g = mutate_tile((5, 2, 3), 100, rng)
+        assert g[1:] == (2, 3) and g[0] != 5 and tile_fits(g, 3, 100, 64)
+    assert recut_tile((1, 6), 4, rng) is None  # one tile covers it: no other cut
+
+
 def test_random_search_measures_fresh_samples_only() -> None:
     """cost_model="random" is random search: each batch is the space's next samples (never a
     mutant of a measured candidate), distinct and never measured before."""
