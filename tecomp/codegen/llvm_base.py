@@ -104,6 +104,7 @@ class CodegenLLVM(MemoryMixin):
             E.And: self._logic, E.Or: self._logic, E.Call: self._call, E.Let: self._let,
             E.Ramp: self._ramp, E.Broadcast: self._broadcast,
             E.VectorReduce: self._vector_reduce, E.BufferLoad: self.emit_load,
+            E.Shuffle: self._shuffle,
         }
         for op in (E.Add, E.Sub, E.Mul, E.Div, E.FloorDiv, E.FloorMod, E.Min, E.Max):
             self._expr_fns[op] = self._arith
@@ -582,6 +583,30 @@ class CodegenLLVM(MemoryMixin):
 
     def _broadcast(self, e: E.Broadcast) -> ir.Value:
         return splat(self.b, self.expr(e.value), e.lanes)
+
+    def _shuffle(self, e: E.Shuffle) -> ir.Value:
+        """One ``shufflevector`` for one or two inputs of a type (a transpose's steps); more
+        inputs, or inputs of different widths, are laid end to end first."""
+        b = self.b
+        vals = [self.expr(v) for v in e.vectors]
+        vals = [v if isinstance(v.type, ir.VectorType) else splat(b, v, 1) for v in vals]
+
+        def mask(idx: list[int]) -> ir.Constant:
+            return ir.Constant(ir.VectorType(I32, len(idx)), [ir.Constant(I32, i) for i in idx])
+
+        if len(vals) == 2 and vals[0].type == vals[1].type:
+            return b.shuffle_vector(vals[0], vals[1], mask(list(e.indices)))
+        cur, pos = vals[0], list(range(vals[0].type.count))  # logical lane -> lane of cur
+        for v in vals[1:]:
+            m = max(cur.type.count, v.type.count)
+
+            def widen(x: ir.Value, m: int = m) -> ir.Value:
+                n = x.type.count
+                return x if n == m else b.shuffle_vector(x, ir.Constant(x.type, ir.Undefined),
+                                                         mask(list(range(n)) + [0] * (m - n)))
+            pos += [m + j for j in range(v.type.count)]
+            cur = b.shuffle_vector(widen(cur), widen(v), mask(list(range(2 * m))))
+        return b.shuffle_vector(cur, ir.Constant(cur.type, ir.Undefined), mask([pos[i] for i in e.indices]))
 
     def _vector_reduce(self, e: E.VectorReduce) -> ir.Value:
         v, d, b = self.expr(e.value), e.value.dtype, self.b

@@ -385,6 +385,29 @@ class VectorReduce(Expr):
             object.__setattr__(self, "dtype", dt.element(self.value.dtype))
 
 
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Shuffle(Expr):
+    """Lanes picked from vectors: lane ``k`` is lane ``indices[k]`` of the vectors' lanes laid
+    end to end (LLVM's ``shufflevector``, with any number of inputs). A transposed copy
+    (`tecomp.passes.transpose_copy`) moves 8 x 8 blocks through registers with it."""
+
+    vectors: tuple[Expr, ...]
+    indices: tuple[int, ...]
+    dtype: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.vectors or not self.indices:
+            raise TecompError("Shuffle needs at least one vector and one index")
+        elem = dt.element(self.vectors[0].dtype)
+        if any(dt.element(v.dtype) != elem for v in self.vectors):
+            raise TecompError(f"Shuffle of vectors of different types: {[v.dtype for v in self.vectors]}")
+        total = sum(dt.lanes(v.dtype) for v in self.vectors)
+        if any(not 0 <= i < total for i in self.indices):
+            raise TecompError(f"Shuffle index out of range 0..{total - 1}: {self.indices}")
+        if not self.dtype:
+            object.__setattr__(self, "dtype", dt.with_lanes(elem, len(self.indices)))
+
+
 # memory ---------------------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ from .expr import (
     Ramp,
     Reduce,
     Select,
+    Shuffle,
     StringImm,
     Var,
     VectorReduce,
@@ -120,6 +121,10 @@ class ExprVisitor(_Dispatch):
     def visit_VectorReduce(self, e: VectorReduce) -> None:
         self.visit(e.value)
 
+    def visit_Shuffle(self, e: Shuffle) -> None:
+        for v in e.vectors:
+            self.visit(v)
+
     def visit_BufferLoad(self, e: BufferLoad) -> None:
         for i in e.indices:
             self.visit(i)
@@ -210,6 +215,10 @@ class ExprMutator(_Dispatch):
     def visit_VectorReduce(self, e: VectorReduce) -> Expr:
         v = self.visit(e.value)
         return e if v is e.value else VectorReduce(e.op, v)
+
+    def visit_Shuffle(self, e: Shuffle) -> Expr:
+        vs = tuple(self.visit(v) for v in e.vectors)
+        return e if all(x is y for x, y in zip(vs, e.vectors)) else Shuffle(vs, e.indices)
 
     def visit_BufferLoad(self, e: BufferLoad) -> Expr:
         idx = tuple(self.visit(i) for i in e.indices)

@@ -114,6 +114,9 @@ def expr_str(e: E.Expr) -> str:
         return f"ramp({expr_str(e.base)}, {expr_str(e.stride)}, {e.lanes})"  # type: ignore[attr-defined]
     if t is E.Broadcast:
         return f"x{e.lanes}({expr_str(e.value)})"  # type: ignore[attr-defined]
+    if t is E.Shuffle:
+        vs = ", ".join(expr_str(v) for v in e.vectors)  # type: ignore[attr-defined]
+        return f"shuffle(({vs}), {list(e.indices)})"  # type: ignore[attr-defined]
     if t is E.VectorReduce:
         return f"reduce_{e.op}({expr_str(e.value)})"  # type: ignore[attr-defined]
     if t is E.BufferLoad:

@@ -13,6 +13,7 @@ from .loop_partition import loop_partition
 from .simplify import simplify_func
 from .storage_rewrite import storage_rewrite
 from .thread_sync import thread_sync
+from .transpose_copy import transpose_copy
 from .unroll import unroll
 from .vectorize import vectorize
 
@@ -21,7 +22,8 @@ Pass = Callable[[PrimFunc], PrimFunc]
 # Order matters: partition needs the multi-dimensional guards before flattening mixes the
 # indices; unroll before vectorize so unrolled copies of a vector body are each widened;
 # flatten before vectorize so every index is one affine expression that becomes one Ramp;
-# storage rewrite last, on flat 1-D local buffers.
+# storage rewrite on flat 1-D local buffers; transposed copies after it, on flat indices and
+# final loops, and the last simplification then tidies the block indices they build.
 PIPELINE: list[tuple[str, Pass]] = [
     ("simplify", simplify_func),
     ("loop_partition", loop_partition),
@@ -30,6 +32,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("flatten", flatten),
     ("vectorize", vectorize),
     ("storage_rewrite", storage_rewrite),
+    ("transpose_copy", transpose_copy),
     ("simplify", simplify_func),
 ]
 

@@ -615,6 +615,10 @@ class _Compiler:
         fv, lanes, npd = self.expr(e.value), e.lanes, dt.value_numpy(e.dtype)
         return lambda env: np.full(lanes, fv(env), npd)
 
+    def _shuffle(self, e: E.Shuffle) -> ExprFn:
+        fns, idx = [self.expr(v) for v in e.vectors], np.asarray(e.indices)
+        return lambda env: np.concatenate([np.atleast_1d(f(env)) for f in fns])[idx]
+
     def _vector_reduce(self, e: E.VectorReduce) -> ExprFn:
         fv, op = self.expr(e.value), ops.REDUCE_OPS.get(e.op)
         if op is None:
@@ -756,7 +760,7 @@ _EXPR: dict[type, Callable[[_Compiler, Any], ExprFn]] = {
     **{k: _C._binary for k in ops.INT_SCALAR}, **{k: _C._cmp for k in ops.CMP},
     E.And: _C._logic, E.Or: _C._logic, E.Not: _C._not, E.Select: _C._select, E.Cast: _C._cast,
     E.Call: _C._call, E.Let: _C._let, E.Ramp: _C._ramp, E.Broadcast: _C._broadcast,
-    E.VectorReduce: _C._vector_reduce, E.BufferLoad: _C._load,
+    E.VectorReduce: _C._vector_reduce, E.BufferLoad: _C._load, E.Shuffle: _C._shuffle,
 }
 _STMT: dict[type, Callable[[_Compiler, Any], StmtFn]] = {
     S.For: _C._for, S.SeqStmt: _C._seq, S.IfThenElse: _C._if, S.LetStmt: _C._let,

@@ -1,0 +1,197 @@
+"""Move transposed copies through registers in 8 x 8 blocks.
+
+A copy nest whose store runs along one loop and whose load runs along another -- the write-back
+of a layout-rewritten convolution, ``conv[f, y, x] = conv_local[y, x, f]``, with pixels
+contiguous in the output and channels in the accumulator -- compiles to one scalar load and
+one scalar store per element: nothing can be vectorized along either loop without a gather or a
+scatter. Here such a nest is tiled 8 x 8 over the two loops: 8 vector loads along the load's
+contiguous loop, a 24-shuffle transpose in registers (unpack, shuffle and lane
+permute, the sequence x86 compilers emit for ``_MM_TRANSPOSE8_PS``), 8 vector stores along the
+store's contiguous loop. The stem of ResNet-50 spent 0.14 of its 1.47 ms in that copy.
+
+Which nests: a perfect nest of serial loops (constant extents, starting at 0) around one store
+whose value is a load of another buffer with the same 4-byte element type, both indices affine
+in the loops; one loop is stride 1 in the store, another stride 1 in the load, each at least 8
+iterations; and the store's index never repeats (its strides, sorted, each exceed the span of
+the smaller ones), so the copy's iterations are independent and may run in any order. Where
+the two loops are not multiples of 8 the leftover rows and columns stay scalar loops.
+
+Runs on CPU IR after flattening and the final simplification (indices are one affine
+expression per access); GPU kernels do not use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..arith.simplify import Simplifier
+from ..ir import dtype as dt
+from ..ir.buffer import Buffer
+from ..ir.expr import BufferLoad, Expr, IntImm, Ramp, Shuffle, Var, const
+from ..ir.functor import StmtMutator, free_vars, substitute
+from ..ir.stmt import BufferStore, For, ForKind, LetStmt, PrimFunc, Stmt, seq
+
+BLOCK = 8  # lanes of a 256-bit vector of 4-byte elements
+
+# the three steps of an 8 x 8 transpose, as shufflevector lane lists over two 8-lane inputs
+_UNPACK = ((0, 8, 1, 9, 4, 12, 5, 13), (2, 10, 3, 11, 6, 14, 7, 15))  # unpcklps / unpckhps
+_PAIRS = ((0, 1, 8, 9, 4, 5, 12, 13), (2, 3, 10, 11, 6, 7, 14, 15))  # shufps 0x44 / 0xEE
+_HALVES = ((0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15))  # vperm2f128 0x20 / 0x31
+
+
+@dataclasses.dataclass
+class _Copy:
+    loops: list[For]  # the nest, outermost first
+    store: BufferStore
+    src: Buffer
+    sbase: Expr  # store index with every loop variable at 0
+    lbase: Expr
+    scoef: dict[Var, int]  # each loop variable's stride in the store index
+    lcoef: dict[Var, int]
+    p: For  # stride 1 in the load: the loop a vector load runs along
+    q: For  # stride 1 in the store
+
+
+def _affine(s: Simplifier, e: Expr, loop_vars: list[Var]) -> tuple[Expr, dict[Var, int]] | None:
+    """``e`` as ``base + sum c_v * v`` over ``loop_vars`` with constant ``c_v`` and a base
+    free of them; None when it is not."""
+    terms, k = s.linear(e)
+    coef: dict[Var, int] = {v: 0 for v in loop_vars}
+    rest: list[tuple[Expr, int]] = []
+    for t, c in terms.values():
+        if isinstance(t, Var) and t in coef:
+            coef[t] += c
+        elif free_vars(t) & set(loop_vars):
+            return None  # a loop variable under a division, a product of two...
+        else:
+            rest.append((t, c))
+    return s.rebuild(rest, k, e.dtype), coef
+
+
+def _injective(coef: dict[Var, int], extents: dict[Var, int]) -> bool:
+    """Every iteration stores to its own element: the strides, sorted by size, each exceed
+    the span the smaller ones cover (a mixed-radix number)."""
+    span = 0
+    for v in sorted(coef, key=lambda v: abs(coef[v])):
+        if extents[v] == 1:
+            continue
+        if abs(coef[v]) <= span:
+            return False
+        span += abs(coef[v]) * (extents[v] - 1)
+    return True
+
+
+def _match(s: For) -> _Copy | None:
+    loops: list[For] = []
+    node: Stmt = s
+    while isinstance(node, For):
+        if (node.kind is not ForKind.SERIAL or not isinstance(node.min, IntImm) or node.min.value != 0
+                or not isinstance(node.extent, IntImm)):
+            return None
+        loops.append(node)
+        node = node.body
+    st = node
+    if (len(loops) < 2 or not isinstance(st, BufferStore) or st.predicate is not None
+            or len(st.indices) != 1 or not isinstance(st.value, BufferLoad)):
+        return None
+    ld = st.value
+    src, dst = ld.buffer, st.buffer
+    if (ld.predicate is not None or len(ld.indices) != 1 or src.data is dst.data
+            or dt.lanes(st.indices[0].dtype) != 1 or dt.lanes(ld.dtype) != 1
+            or ld.dtype != dst.dtype or dt.itemsize(ld.dtype) != 4):
+        return None
+    lv = [f.var for f in loops]
+    simp = Simplifier()
+    sa, la = _affine(simp, st.indices[0], lv), _affine(simp, ld.indices[0], lv)
+    if sa is None or la is None:
+        return None
+    (sbase, scoef), (lbase, lcoef) = sa, la
+    extents = {f.var: f.extent.value for f in loops}  # type: ignore[attr-defined]
+    if not _injective(scoef, extents):
+        return None
+    q = next((f for f in loops if scoef[f.var] == 1 and extents[f.var] >= BLOCK), None)
+    p = next((f for f in loops if lcoef[f.var] == 1 and extents[f.var] >= BLOCK and f is not q), None)
+    if p is None or q is None or lcoef[q.var] == 1 or scoef[p.var] == 1:
+        return None  # no transpose: some loop is contiguous on both sides, or too short
+    return _Copy(loops, st, src, sbase, lbase, scoef, lcoef, p, q)
+
+
+def _index(base: Expr, coef: dict[Var, int], at: dict[Var, Expr]) -> Expr:
+    e = base
+    for v, c in coef.items():
+        if c:
+            e = e + at[v] * c
+    return e
+
+
+def _block(c: _Copy, at: dict[Var, Expr]) -> Stmt:
+    """One 8 x 8 block at ``at`` (p and q at the block's first row and column): load 8 vectors
+    along p (one per q), transpose, store 8 vectors along q (one per p)."""
+    p, q = c.p.var, c.q.var
+    rows: list[Expr] = []
+    lets: list[tuple[Var, Expr]] = []
+
+    def bind(name: str, e: Expr) -> Var:
+        v = Var(name, e.dtype)
+        lets.append((v, e))
+        return v
+
+    for k in range(BLOCK):
+        idx = _index(c.lbase, c.lcoef, {**at, q: at[q] + k})
+        rows.append(bind(f"tr_row{k}", BufferLoad(c.src, (Ramp(idx, const(1, idx.dtype), BLOCK),))))
+    # the transpose of rows[k][l] (element p0 + l, q0 + k) into columns j (element p0 + j,
+    # q0 + k in lane k); each step's shuffles bound to variables: one instruction each
+    t = [bind(f"tr_t{i}", Shuffle((rows[i // 2 * 2], rows[i // 2 * 2 + 1]), _UNPACK[i % 2]))
+         for i in range(BLOCK)]
+    u = [bind(f"tr_u{i}", Shuffle((t[i // 4 * 4 + i % 4 // 2], t[i // 4 * 4 + i % 4 // 2 + 2]), _PAIRS[i % 2]))
+         for i in range(BLOCK)]
+    stores: list[Stmt] = []
+    for j in range(BLOCK):
+        col = Shuffle((u[j % 4], u[j % 4 + 4]), _HALVES[j // 4])
+        idx = _index(c.sbase, c.scoef, {**at, p: at[p] + j})
+        stores.append(BufferStore(c.store.buffer, col, (Ramp(idx, const(1, idx.dtype), BLOCK),)))
+    body = seq(*stores)
+    for v, e in reversed(lets):
+        body = LetStmt(v, e, body)
+    return body
+
+
+def _loop(var: Var, start: int, extent: int, body: Stmt) -> Stmt:
+    """``for var in [start, start + extent)`` (nothing when empty, the body when one)."""
+    if extent <= 0:
+        return seq()
+    if extent == 1:
+        return substitute(body, {var: const(start, var.dtype)})
+    return For(var, const(start, var.dtype), const(extent, var.dtype), ForKind.SERIAL, body)
+
+
+def _rewrite(c: _Copy) -> Stmt:
+    p, q = c.p.var, c.q.var
+    ep, eq = c.p.extent.value, c.q.extent.value  # type: ignore[attr-defined]
+    pb, qb = Var(p.name + ".b8", p.dtype), Var(q.name + ".b8", q.dtype)
+    at: dict[Var, Expr] = {f.var: f.var for f in c.loops}
+    at[p], at[q] = pb * BLOCK, qb * BLOCK
+    main = _loop(pb, 0, ep // BLOCK, _loop(qb, 0, eq // BLOCK, _block(c, at)))
+    # leftovers: the copy as it was, over the rows and columns the blocks leave
+    one = c.store
+    q_tail = _loop(pb, 0, ep // BLOCK, _loop(q, eq // BLOCK * BLOCK, eq % BLOCK, _loop(
+        p, 0, BLOCK, substitute(one, {p: pb * BLOCK + p}))))
+    p_tail = _loop(p, ep // BLOCK * BLOCK, ep % BLOCK, _loop(q, 0, eq, one))
+    body = seq(main, q_tail, p_tail)
+    for f in reversed(c.loops):
+        if f is not c.p and f is not c.q:
+            body = For(f.var, f.min, f.extent, f.kind, body, f.annotations)
+    return body
+
+
+class _TransposeCopies(StmtMutator):
+    def visit_For(self, s: For) -> Stmt:  # type: ignore[override]
+        c = _match(s)
+        if c is not None:
+            return _rewrite(c)
+        return super().visit_For(s)
+
+
+def transpose_copy(func: PrimFunc) -> PrimFunc:
+    body = _TransposeCopies().visit_stmt(func.body)
+    return func if body is func.body else dataclasses.replace(func, body=body)

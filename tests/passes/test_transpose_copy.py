@@ -1,0 +1,111 @@
+"""The transposed-copy pass (`tecomp.passes.transpose_copy`): 8 x 8 blocks through registers,
+checked against numpy when compiled and when interpreted, and left alone where it must not fire."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tecomp as tc
+from tecomp import te
+from tecomp.errors import TecompError
+from tecomp.ir import expr as E  # noqa: N812
+from tecomp.runtime import interp
+
+
+def _transpose(rows: int, cols: int, dtype: str = "float32"):  # type: ignore[no-untyped-def]
+    A = te.placeholder((rows, cols), dtype, name="A")
+    B = te.compute((cols, rows), lambda j, i: A[i, j], name="B")
+    return te.create_schedule(B.op), [A, B]
+
+
+def _shuffles(func: object) -> int:
+    return str(func).count("shuffle(")
+
+
+@pytest.mark.parametrize("rows,cols", [(8, 8), (64, 40), (28, 20), (13, 30), (9, 8)])
+def test_transpose_matches_numpy(rows: int, cols: int) -> None:
+    s, args = _transpose(rows, cols)
+    func = tc.lower(s, args)
+    assert _shuffles(func) == 24  # one block body: 16 shuffles bound, 8 stored
+    a = np.random.default_rng(0).standard_normal((rows, cols)).astype("float32")
+    b = np.zeros((cols, rows), "float32")
+    tc.build(s, args)(a, b)
+    np.testing.assert_array_equal(b, a.T)
+    c = np.zeros((cols, rows), "float32")
+    interp.run(func, a, c)  # the shuffles' semantics, independently of LLVM
+    np.testing.assert_array_equal(c, a.T)
+
+
+def test_conv_write_back_is_blocked() -> None:
+    """``out[f, y, x] = acc[y, x, f]``: the two loops are not adjacent (y between them)."""
+    acc = te.placeholder((4, 28, 32), "float32", name="acc")
+    out = te.compute((32, 4, 28), lambda f, y, x: acc[y, x, f], name="out")
+    s = te.create_schedule(out.op)
+    f, y, x = s[out].op.axis
+    s[out].reorder(y, f, x)
+    func = tc.lower(s, [acc, out])
+    assert _shuffles(func) == 24
+    a = np.random.default_rng(1).standard_normal((4, 28, 32)).astype("float32")
+    o = np.zeros((32, 4, 28), "float32")
+    tc.build(s, [acc, out])(a, o)
+    np.testing.assert_array_equal(o, a.transpose(2, 0, 1))
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 40), cols=st.integers(1, 40), split=st.integers(1, 16), swap=st.booleans())
+def test_random_transposes(rows: int, cols: int, split: int, swap: bool) -> None:
+    """Random extents, a split of one loop (tails of every size) and either loop order."""
+    s, args = _transpose(rows, cols)
+    j, i = s[args[1]].op.axis
+    io, ii = s[args[1]].split(i, split)
+    if swap:
+        s[args[1]].reorder(io, ii, j)
+    a = np.random.default_rng(rows * 41 + cols).standard_normal((rows, cols)).astype("float32")
+    b = np.zeros((cols, rows), "float32")
+    tc.build(s, args)(a, b)
+    np.testing.assert_array_equal(b, a.T)
+    c = np.zeros((cols, rows), "float32")
+    interp.run(tc.lower(s, args), a, c)
+    np.testing.assert_array_equal(c, a.T)
+
+
+def test_left_alone_where_it_must_not_fire() -> None:
+    # 8-byte elements: no 8-lane 256-bit block
+    s, args = _transpose(16, 16, "float64")
+    assert _shuffles(tc.lower(s, args)) == 0
+    a = np.arange(256, dtype="float64").reshape(16, 16)
+    b = np.zeros((16, 16))
+    tc.build(s, args)(a, b)
+    np.testing.assert_array_equal(b, a.T)
+    # a plain copy (contiguous on both sides) is no transpose
+    A = te.placeholder((16, 16), "float32", name="A")
+    C = te.compute((16, 16), lambda i, j: A[i, j], name="C")
+    assert _shuffles(tc.lower(te.create_schedule(C.op), [A, C])) == 0
+    # a store whose index repeats (B[i + j]): the order of the iterations matters
+    from tecomp.ir import Buffer, BufferLoad, BufferStore, For, ForKind, PrimFunc, Var, const
+    from tecomp.passes.transpose_copy import transpose_copy
+
+    Ab, Bb = Buffer("A", (const(256),), "float32"), Buffer("B", (const(31),), "float32")
+    i, j = Var("i"), Var("j")
+    body = For(i, const(0), const(16), ForKind.SERIAL, For(j, const(0), const(16), ForKind.SERIAL,
+               BufferStore(Bb, BufferLoad(Ab, (i + j * 16,)), (i + j,))))
+    func = PrimFunc("f", [Ab, Bb], body)
+    assert transpose_copy(func) is func
+    # the same nest storing B[i * 16 + j] is a transpose
+    Cb = Buffer("C", (const(256),), "float32")
+    body = For(i, const(0), const(16), ForKind.SERIAL, For(j, const(0), const(16), ForKind.SERIAL,
+               BufferStore(Cb, BufferLoad(Ab, (i + j * 16,)), (i * 16 + j,))))
+    func = PrimFunc("f", [Ab, Cb], body)
+    assert _shuffles(transpose_copy(func)) == 24
+
+
+def test_shuffle_node_checks_its_operands() -> None:
+    v = E.Ramp(E.const(0), E.const(1), 8)
+    with pytest.raises(TecompError, match="out of range"):
+        E.Shuffle((v, v), (0, 16))
+    with pytest.raises(TecompError, match="different types"):
+        E.Shuffle((v, E.Broadcast(E.const(1.0), 8)), (0,))
+    assert E.Shuffle((v, v), (1, 9, 2)).dtype == "int32x3"
