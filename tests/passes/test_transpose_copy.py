@@ -109,3 +109,27 @@ def test_shuffle_node_checks_its_operands() -> None:
     with pytest.raises(TecompError, match="different types"):
         E.Shuffle((v, E.Broadcast(E.const(1.0), 8)), (0,))
     assert E.Shuffle((v, v), (1, 9, 2)).dtype == "int32x3"
+
+
+def test_shuffle_of_several_vectors_of_different_widths() -> None:
+    """Codegen lays three inputs (8, 4 and 8 lanes) end to end before picking lanes, and one
+    input shuffles alone; the interpreter agrees."""
+    from tecomp.ir import Buffer, BufferLoad, BufferStore, PrimFunc, const, seq
+
+    A = Buffer("A", (const(32),), "float32")
+    B = Buffer("B", (const(16),), "float32")
+    ld = [BufferLoad(A, (E.Ramp(const(o), const(1), n),)) for o, n in ((0, 8), (8, 4), (16, 8))]
+    pick = (19, 0, 8, 11, 12, 7, 3, 15, 9, 10)
+    one = (7, 6, 5, 4, 3, 2)
+    body = seq(BufferStore(B, E.Shuffle(tuple(ld), pick), (E.Ramp(const(0), const(1), len(pick)),)),
+               BufferStore(B, E.Shuffle((ld[0],), one), (E.Ramp(const(10), const(1), len(one)),)))
+    func = PrimFunc("shuf", [A, B], body)
+    a = np.arange(32, dtype="float32")
+    lanes = np.concatenate([a[0:8], a[8:12], a[16:24]])
+    want = np.concatenate([lanes[list(pick)], a[list(one)]])
+    b = np.zeros(16, "float32")
+    tc.build(func)(a, b)
+    np.testing.assert_array_equal(b, want)
+    c = np.zeros(16, "float32")
+    interp.run(func, a, c)
+    np.testing.assert_array_equal(c, want)
