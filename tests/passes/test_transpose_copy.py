@@ -102,6 +102,24 @@ def test_left_alone_where_it_must_not_fire() -> None:
     assert _shuffles(transpose_copy(func)) == 24
 
 
+def test_small_local_source_is_left_to_llvm() -> None:
+    """A local source of at most 16 vectors (a small accumulator) is not transposed here: LLVM
+    vectorizes that copy itself, and whole-buffer vector reads made it keep the buffer in
+    registers across the loops that fill it, which spilled."""
+    from tecomp.ir import Buffer, BufferLoad, BufferStore, For, ForKind, PrimFunc, Var, const
+    from tecomp.passes.transpose_copy import SMALL_LOCAL, transpose_copy
+
+    out = Buffer("out", (const(1024),), "float32")
+    i, j = Var("i"), Var("j")
+    for n, fires in ((SMALL_LOCAL, False), (2 * SMALL_LOCAL, True)):
+        local = Buffer("acc", (const(n),), "float32", scope="local")
+        rows = n // 16
+        body = For(i, const(0), const(rows), ForKind.SERIAL, For(j, const(0), const(16), ForKind.SERIAL,
+                   BufferStore(out, BufferLoad(local, (i + j * rows,)), (i * 16 + j,))))
+        func = PrimFunc("f", [out], body)
+        assert (_shuffles(transpose_copy(func)) > 0) is fires
+
+
 def test_shuffle_node_checks_its_operands() -> None:
     v = E.Ramp(E.const(0), E.const(1), 8)
     with pytest.raises(TecompError, match="out of range"):
