@@ -40,12 +40,11 @@ def test_transpose_matches_numpy(rows: int, cols: int) -> None:
 
 
 def test_conv_write_back_is_blocked() -> None:
-    """``out[f, y, x] = acc[y, x, f]``: the two loops are not adjacent (y between them)."""
+    """``out[f, y, x] = acc[y, x, f]`` in that loop order: the two loops are not adjacent (y
+    between them); the pass moves y outside the blocks."""
     acc = te.placeholder((4, 28, 32), "float32", name="acc")
     out = te.compute((32, 4, 28), lambda f, y, x: acc[y, x, f], name="out")
     s = te.create_schedule(out.op)
-    f, y, x = s[out].op.axis
-    s[out].reorder(y, f, x)
     func = tc.lower(s, [acc, out])
     assert _shuffles(func) == 24
     a = np.random.default_rng(1).standard_normal((4, 28, 32)).astype("float32")
@@ -54,7 +53,7 @@ def test_conv_write_back_is_blocked() -> None:
     np.testing.assert_array_equal(o, a.transpose(2, 0, 1))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
 @given(rows=st.integers(1, 40), cols=st.integers(1, 40), split=st.integers(1, 16), swap=st.booleans())
 def test_random_transposes(rows: int, cols: int, split: int, swap: bool) -> None:
     """Random extents, a split of one loop (tails of every size) and either loop order."""
