@@ -41,11 +41,13 @@ from .llvm_common import (
     VOID,
     call_intrinsic,
     cast,
+    concat_vectors,
     const,
     declare,
     llvm_type,
     opaque,
     set_half_conversions,
+    shuffle_mask,
     splat,
 )
 from .memory import BufBinding, MemoryMixin
@@ -590,12 +592,8 @@ class CodegenLLVM(MemoryMixin):
         b = self.b
         vals = [self.expr(v) for v in e.vectors]
         vals = [v if isinstance(v.type, ir.VectorType) else splat(b, v, 1) for v in vals]
-
-        def mask(idx: list[int]) -> ir.Constant:
-            return ir.Constant(ir.VectorType(I32, len(idx)), [ir.Constant(I32, i) for i in idx])
-
         if len(vals) == 2 and vals[0].type == vals[1].type:
-            return b.shuffle_vector(vals[0], vals[1], mask(list(e.indices)))
+            return b.shuffle_vector(vals[0], vals[1], shuffle_mask(e.indices))
         cur, pos = vals[0], list(range(vals[0].type.count))  # logical lane -> lane of cur
         for v in vals[1:]:
             m = max(cur.type.count, v.type.count)
@@ -603,10 +601,10 @@ class CodegenLLVM(MemoryMixin):
             def widen(x: ir.Value, m: int = m) -> ir.Value:
                 n = x.type.count
                 return x if n == m else b.shuffle_vector(x, ir.Constant(x.type, ir.Undefined),
-                                                         mask(list(range(n)) + [0] * (m - n)))
+                                                         shuffle_mask([*range(n)] + [0] * (m - n)))
             pos += [m + j for j in range(v.type.count)]
-            cur = b.shuffle_vector(widen(cur), widen(v), mask(list(range(2 * m))))
-        return b.shuffle_vector(cur, ir.Constant(cur.type, ir.Undefined), mask([pos[i] for i in e.indices]))
+            cur = concat_vectors(b, widen(cur), widen(v))
+        return b.shuffle_vector(cur, ir.Constant(cur.type, ir.Undefined), shuffle_mask(pos[i] for i in e.indices))
 
     def _vector_reduce(self, e: E.VectorReduce) -> ir.Value:
         v, d, b = self.expr(e.value), e.value.dtype, self.b

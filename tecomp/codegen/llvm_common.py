@@ -7,6 +7,7 @@ Kept apart from `llvm_cpu` so that a GPU backend can reuse them.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 from llvmlite import ir
@@ -125,14 +126,24 @@ def const(dtype: str, value: int | float | bool) -> ir.Constant:
     return ir.Constant(st, value)
 
 
+def shuffle_mask(idx: Iterable[int]) -> ir.Constant:
+    """A shufflevector lane list."""
+    vals = [ir.Constant(I32, i) for i in idx]
+    return ir.Constant(ir.VectorType(I32, len(vals)), vals)
+
+
+def concat_vectors(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """The vector of ``lo``'s lanes then ``hi``'s (two vectors of one type)."""
+    return b.shuffle_vector(lo, hi, shuffle_mask(range(2 * lo.type.count)))
+
+
 def splat(b: ir.IRBuilder, v: ir.Value, lanes: int) -> ir.Value:
     """Broadcast scalar ``v`` to ``lanes`` lanes (insertelement + zero shuffle)."""
     if isinstance(v, ir.Constant) and not isinstance(v.type, ir.VectorType):
         return ir.Constant(ir.VectorType(v.type, lanes), [v] * lanes)
     vt = ir.VectorType(v.type, lanes)
     one = b.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(I32, 0))
-    return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
-                            ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+    return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), shuffle_mask([0] * lanes))
 
 
 def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
@@ -506,6 +517,6 @@ def emit_math_call(b: ir.IRBuilder, name: str, args: list[ir.Value], arg_dtypes:
 __all__ = [
     "F32", "I1", "I16", "I32", "I64", "I8", "f32_to_half", "half_to_f32", "round_half",
     "set_half_conversions", "MATH_NAMES", "PTR", "VOID", "call_intrinsic", "cast", "const",
-    "call_per_lane", "declare", "emit_math_call", "float_to_int_sat", "intrinsic", "llvm_type", "mangle", "opaque",
-    "splat", "to_i64",
+    "call_per_lane", "concat_vectors", "declare", "emit_math_call", "float_to_int_sat", "intrinsic", "llvm_type",
+    "mangle", "opaque", "shuffle_mask", "splat", "to_i64",
 ]

@@ -18,7 +18,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterable
 from typing import ClassVar
 
 from llvmlite import ir
@@ -41,10 +40,12 @@ from .llvm_common import (
     I64,
     PTR,
     VOID,
+    concat_vectors,
     declare,
     emit_math_call,
     llvm_type,
     opaque,
+    shuffle_mask,
     splat,
 )
 from .llvm_jit import data_layout
@@ -140,20 +141,20 @@ class CodegenCPU(CodegenLLVM):
         pieces = -(-n // chunk)
         width = chunk * (1 << (pieces - 1).bit_length())
         if width != n:
-            mi = b.shuffle_vector(mi, ir.Constant(mi.type, None), _lanes([min(i, n) for i in range(width)]))
+            mi = b.shuffle_vector(mi, ir.Constant(mi.type, None), shuffle_mask([min(i, n) for i in range(width)]))
         fnty = ir.FunctionType(ir.VectorType(vty.element, chunk), [PTR, ir.VectorType(mty, chunk)])
         fn = declare(self.module, name, fnty)
         parts = []
         for k in range(0, width, chunk):
             mk = mi if chunk == width else b.shuffle_vector(mi, ir.Constant(mi.type, ir.Undefined),
-                                                            _lanes(range(k, k + chunk)))
+                                                            shuffle_mask(range(k, k + chunk)))
             ptr = b.gep(args[0], [ir.Constant(I64, k)], inbounds=True, source_etype=vty.element) if k else args[0]
             parts.append(b.call(fn, [ptr, mk]))
         while len(parts) > 1:  # concatenate pairwise (the piece count is a power of two)
-            parts = [_concat(b, parts[i], parts[i + 1]) for i in range(0, len(parts), 2)]
+            parts = [concat_vectors(b, parts[i], parts[i + 1]) for i in range(0, len(parts), 2)]
         v = parts[0]
         if width != n:
-            v = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), _lanes(range(n)))
+            v = b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), shuffle_mask(range(n)))
         return v
 
     def _x86_maskload_piece(self, vty: ir.Type) -> tuple[str, ir.IntType, int] | None:
@@ -433,17 +434,6 @@ def codegen_cpu(funcs: list[S.PrimFunc], target: Target, debug: bool = False,
     for f in funcs:
         cg.add_function(f)
     return cg.module
-
-
-def _lanes(idx: Iterable[int]) -> ir.Constant:
-    """A shufflevector lane list."""
-    vals = [ir.Constant(I32, i) for i in idx]
-    return ir.Constant(ir.VectorType(I32, len(vals)), vals)
-
-
-def _concat(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
-    """The vector of ``lo``'s lanes then ``hi``'s (two vectors of one type)."""
-    return b.shuffle_vector(lo, hi, _lanes(range(2 * lo.type.count)))
 
 
 __all__ = ["CodegenCPU", "ErrorCode", "FnState", "codegen_cpu"]
