@@ -812,22 +812,27 @@ class SearchSpace:
     def sample(self, rng: np.random.Generator) -> Candidate | None:
         return self.instantiate(int(rng.integers(len(self.sketches))), {}, rng)
 
-    def mutate(self, cand: Candidate, rng: np.random.Generator) -> Candidate | None:
-        """Change one knob: move a tile factor between levels, or pick another choice."""
+    def mutate(self, cand: Candidate, rng: np.random.Generator, knob: str | None = None) -> Candidate | None:
+        """Change one knob: move a tile factor between levels, or pick another choice.
+        ``knob``: that knob (None when it is not one of the candidate's or cannot move)."""
         if not cand.params:
-            return self.sample(rng)
+            return self.sample(rng) if knob is None else None
         keys = [k for k, _ in cand.params]
+        if knob is not None:
+            if knob not in keys:
+                return None
+            keys = [knob]
         new: Candidate | None = None
         # a knob with one legal value (a choice of one, a tile of a prime extent) cannot move:
         # try other knobs rather than hand back the parent (a wasted measurement)
-        for _ in range(min(8, 2 * len(keys))):
+        for _ in range(min(8, max(2 * len(keys), 4))):
             params = cand.param_dict
             key = keys[int(rng.integers(len(keys)))]
             params[key] = _Mutate(params[key])
             new = self.instantiate(cand.sketch, params, rng)
             if new is None or new.params != cand.params:
                 return new
-        return new
+        return new if knob is None else None
 
     def crossover(self, a: Candidate, b: Candidate, rng: np.random.Generator) -> Candidate | None:
         """Per stage, take all knobs from one parent (only between candidates of one sketch)."""

@@ -533,15 +533,16 @@ class TemplateSpace(SearchSpace):
     def sample(self, rng: np.random.Generator) -> Candidate | None:
         return self.instantiate(0, {}, rng)
 
-    def mutate(self, cand: Candidate, rng: np.random.Generator) -> Candidate | None:
-        """Change one knob: another choice, or for a split a factor moved between levels."""
-        movable = [k for k in self._knobs if len(k.choices) > 1]
+    def mutate(self, cand: Candidate, rng: np.random.Generator, knob: str | None = None) -> Candidate | None:
+        """Change one knob: another choice, or for a split a factor moved between levels.
+        ``knob``: that knob (None when the template has no such knob or it cannot move)."""
+        movable = [k for k in self._knobs if len(k.choices) > 1 and knob in (None, k.name)]
         if not movable:
             return None  # a space of one config has no neighbour
         params = dict(cand.params)
         for _ in range(4):  # an invalid neighbour is likely to have a valid sibling
-            knob = movable[int(rng.integers(len(movable)))]
-            child = self.instantiate(0, {**params, knob.name: knob.neighbour(params.get(knob.name), rng)}, rng)
+            kb = movable[int(rng.integers(len(movable)))]
+            child = self.instantiate(0, {**params, kb.name: kb.neighbour(params.get(kb.name), rng)}, rng)
             if child is not None:
                 return child
         return None

@@ -278,3 +278,41 @@ def test_evolutionary_batch_holds_one_knob_mutants_of_the_best() -> None:
 
     # 4 eps-greedy slots, all local; other picks may be mutants too, so at least 4
     assert sum(one_knob(c) for c in second) >= 4
+
+
+def test_local_moves_cover_the_knobs_of_the_best_in_turn() -> None:
+    """The local picks move each knob of the best once before any knob again: a random knob
+    per pick left a two-valued knob untried for many batches (GEMM 1024^3, seed 4:
+    docs/benchmark-notes.md). ``mutate(knob=...)`` moves the knob named."""
+    from tuning import MeasureErrorNo, RandomModel, SearchOptions
+    from tuning.measure import MeasureResult
+    from tuning.search import EvolutionarySearch
+
+    task = SearchTask(wl.matmul, (64, 64, 64))
+    space = SearchSpace(task)
+    rng = np.random.default_rng(1)
+    best = None
+    while best is None or len(best.params) < 6:
+        best = space.sample(rng)
+    movable = []
+    for knob, value in best.params:
+        for _ in range(8):
+            m = space.mutate(best, rng, knob=knob)
+            if m is not None:
+                assert m.param_dict[knob] != value, knob
+                movable.append(knob)
+                break
+    assert len(movable) >= 5, best.params
+    assert space.mutate(best, rng, knob="no/such") is None
+    search = EvolutionarySearch(task, RandomModel(seed=0), np.random.default_rng(7), SearchOptions(), space)
+    search.update([best], [MeasureResult((1e-4,), MeasureErrorNo.NO_ERROR)])
+    moved: list[str] = []
+    for _ in range(len(movable)):
+        picks = search._local(best, 1, {})
+        assert len(picks) == 1
+        m = picks[0]
+        changed = [k for k, v in m.params if best.param_dict.get(k) != v]
+        assert changed and not set(changed) <= set(moved), (changed, moved)
+        moved.extend(changed)
+        search.update([m], [MeasureResult((1e-3,), MeasureErrorNo.NO_ERROR)])
+    assert set(movable) <= set(moved)
