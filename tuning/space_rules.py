@@ -423,7 +423,16 @@ MICROKERNEL_PRIOR = 0.5  # odds that a fresh GEMM candidate draws a register-fil
 # A stays in L1 up to 1024 (6 x 1024 floats = 24 KiB). Measured on GEMM 1024^3 (Zen 3, AVX2,
 # benchmarks/gemm.py, 6 x 16 tile): kc 256 86.7%, 512 88.1%, 1024 91.2% of the FMA peak.
 MICROKERNEL_KC = (32, 64, 256, 512, 1024)
-MICROKERNEL_NC = (128, 256, 512)  # columns of a cache block (kc x nc of B in L1/L2)
+# columns of a cache block: the micro-kernels of a row run along nc columns, whose B panel
+# (all of k: the accumulators are placed at the column loop) the row blocks reread. A GEMM
+# with no block of the last three sizes dividing its row is small (`small_gemm`).
+MICROKERNEL_NC = (64, 128, 256, 512)
+# A panel within this many bytes stays in L2 (half of Zen 3's 512 KiB; Zen 5 and recent Intel
+# cores have 1-2 MiB), and such widths are drawn `MICROKERNEL_NC_FIT_WEIGHT` times as often.
+# Measured on GEMM 1024^3 (Zen 3, 6 x 16 tile, all rows, kc 256/512/1024): nc 64 (a 256 KiB
+# panel) 89.6-91.2% of the FMA peak, nc 128 77.4-78.5%, 256 68.9-70.1%, 512 67.0-67.9%.
+MICROKERNEL_PANEL_BYTES = 256 * 1024
+MICROKERNEL_NC_FIT_WEIGHT = 4.0
 # rows of a cache block, or 0: all the rows in one block (the last micro-kernel partial), so
 # each column block's B is packed once and every parallel iteration does the same work. A
 # size is a target: the rows are cut into as many blocks as it gives, of equal size in whole
@@ -465,9 +474,9 @@ def draw_small_gemm(ei: int, ej: int, ek: int, vector_bits: int,
 
 
 def small_gemm(ei: int, ej: int, ek: int) -> bool:
-    """A GEMM for `draw_small_gemm`: no cache block of `MICROKERNEL_NC` columns divides its
+    """A GEMM for `draw_small_gemm`: no cache block of 128 or more `MICROKERNEL_NC` columns divides its
     row, and large enough (2^18 multiply-adds per matrix) that the tile matters."""
-    return not any(ej % c == 0 for c in MICROKERNEL_NC) and ei * ej * ek >= 1 << 18
+    return not any(ej % c == 0 for c in MICROKERNEL_NC[1:]) and ei * ej * ek >= 1 << 18
 
 
 @functools.lru_cache(maxsize=256)  # by identity: the search asks it of a task's own ops every build
@@ -498,13 +507,14 @@ def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
     (the A piece, mr x kc, stays in L1 across the row's micro-kernels). ``mr`` need not divide
     ``ei`` (6 rows on AVX2): the last block is partial. Keys "i", "j", "k"; None for the
     share ``1 - MICROKERNEL_PRIOR`` of the draws, when no shape fits, or when no cache block
-    of `MICROKERNEL_NC` columns divides ``ej`` (a GEMM that small fits the caches whole, and
-    its few blocked candidates would mostly repeat)."""
+    of 128 or more `MICROKERNEL_NC` columns divides ``ej`` (a GEMM that small fits the caches
+    whole, and its few blocked candidates would mostly repeat). Widths whose B panel fits
+    `MICROKERNEL_PANEL_BYTES` are drawn more often."""
     lanes = max(vector_bits // 32, 1)
     # a small GEMM (no cache block of columns): cache blocks are moot, and the uniform draws
     # cover its tiles; decided before any draw, so its candidates are sampled as before
     shapes = [(mr, nv) for mr, nv in microkernel_shapes(lanes, vector_registers(vector_bits), ej)[:3]
-              if any(c % (nv * lanes) == 0 and ej % c == 0 for c in MICROKERNEL_NC)]
+              if any(c % (nv * lanes) == 0 and ej % c == 0 for c in MICROKERNEL_NC[1:])]
     if not shapes or rng.random() >= MICROKERNEL_PRIOR:
         return None
     # mostly the best shape; the next ones in case the model prefers them on this machine
@@ -512,7 +522,8 @@ def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
     mr, nv = shapes[int(rng.choice(len(shapes), p=w / w.sum()))]
     nr = nv * lanes
     ncs = [c for c in MICROKERNEL_NC if c % nr == 0 and ej % c == 0]
-    nc = ncs[int(rng.integers(len(ncs)))]
+    fit = np.array([MICROKERNEL_NC_FIT_WEIGHT if 4 * ek * c <= MICROKERNEL_PANEL_BYTES else 1.0 for c in ncs])
+    nc = ncs[int(rng.choice(len(ncs), p=fit / fit.sum()))]
     mc = _row_block(ei, mr, MICROKERNEL_MC[int(rng.choice(len(MICROKERNEL_MC), p=_MC_P))])
     kcs = [k for k in MICROKERNEL_KC if ek % k == 0] or [d for d in divisors(ek) if d <= MAX_INNERMOST][-1:]
     kc = kcs[int(rng.integers(len(kcs)))]

@@ -15,7 +15,18 @@ import tuning
 from tecomp.codegen.target import Target
 from tuning import workloads
 from tuning.space import Candidate, space_for
-from tuning.space_rules import _row_block, gemm_like, microkernel_shapes, small_gemm, tile_fits, vector_registers
+from tuning.space_rules import (
+    MICROKERNEL_NC,
+    MICROKERNEL_NC_FIT_WEIGHT,
+    MICROKERNEL_PANEL_BYTES,
+    _row_block,
+    draw_microkernel,
+    gemm_like,
+    microkernel_shapes,
+    small_gemm,
+    tile_fits,
+    vector_registers,
+)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
 
@@ -224,3 +235,32 @@ def _check_matmul(task: tuning.SearchTask, cand: Candidate, nkm: tuple[int, int,
     c_out = np.zeros((n, m), np.float32)
     f(a, b, c_out)
     np.testing.assert_allclose(c_out, a @ b, rtol=1e-4)
+
+
+def _column_blocks(ei: int, ej: int, ek: int, rng: np.random.Generator, n: int = 400) -> dict[int, int]:
+    """How often each cache block width ``nc`` is among ``n`` draws of `draw_microkernel` (AVX2)."""
+    counts: dict[int, int] = {}
+    for _ in range(n):
+        t = draw_microkernel(ei, ej, ek, 256, rng)
+        if t is not None:
+            nc = t["j"][1] * t["j"][2]
+            counts[nc] = counts.get(nc, 0) + 1
+    return counts
+
+
+def test_column_blocks_whose_panel_fits_l2_are_drawn_most() -> None:
+    """The micro-kernels of a row run along ``nc`` columns, whose B panel (all of k) the row
+    blocks reread: for 1024^3 only nc 64 keeps it within `MICROKERNEL_PANEL_BYTES` (256 KiB),
+    and it is drawn `MICROKERNEL_NC_FIT_WEIGHT` times as often as each wider block. The 64-column
+    block does not change which GEMMs count as small: attention's 128 x 64 x 128 still does."""
+    rng = np.random.default_rng(0)
+    counts = _column_blocks(1024, 1024, 1024, rng)
+    assert set(counts) == set(MICROKERNEL_NC), counts
+    share = MICROKERNEL_NC_FIT_WEIGHT / (MICROKERNEL_NC_FIT_WEIGHT + len(MICROKERNEL_NC) - 1)
+    assert abs(counts[64] / sum(counts.values()) - share) < 0.08, counts
+    assert 4 * 1024 * 64 <= MICROKERNEL_PANEL_BYTES < 4 * 1024 * 128
+    # a shallow GEMM's wider panels fit too: drawn alike
+    wide = _column_blocks(512, 512, 128, rng)
+    assert all(abs(v / sum(wide.values()) - 0.25) < 0.08 for v in wide.values()), wide
+    assert small_gemm(128, 64, 128) and small_gemm(128, 192, 128) and not small_gemm(128, 128, 128)
+    assert draw_microkernel(128, 64, 128, 256, np.random.default_rng(1)) is None
