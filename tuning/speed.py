@@ -152,16 +152,24 @@ def _calibrated(f: Any, arrays: Sequence[Any], opts: RunOptions) -> Any:
 def reference_job(opts: RunOptions) -> dict[str, tuple[float, float]]:
     """Seconds per call of each kind of reference kernel now, with the spread of its repeats
     (runs in the measuring process, once per batch)."""
+    from .measure import mark_warm
+
     funcs, arrays = _reference_kernel()
-    return {kind: _time_reference(funcs[kind], arrays, opts) for kind in KINDS}
+    # the parallel kind last, warmed up: the batch's first candidate follows work on every
+    # core, not a one-thread kernel that left the other core idle (`tuning.measure.warm_up`)
+    out = {SERIAL: _time_reference(funcs[SERIAL], arrays, dataclasses.replace(opts, warmup_ms=0.0)),
+           PARALLEL: _time_reference(funcs[PARALLEL], arrays, opts)}
+    mark_warm()
+    return out
 
 
 def _time_reference(f: Any, arrays: Sequence[Any], opts: RunOptions) -> tuple[float, float]:
     """The median of `REFERENCE_REPEAT` repeats of ``f`` timed as candidates are, and their
     spread (max / min)."""
-    from .measure import _flush_cache
+    from .measure import _flush_cache, warm_up
 
     ev = _calibrated(f, arrays, opts)
+    warm_up(ev, arrays, opts, 0.0)  # a reference call is far shorter than the warm-up
     flush: list[Any] = []
     times: list[float] = []
     t0 = time.perf_counter()
