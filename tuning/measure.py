@@ -45,7 +45,7 @@ from tecomp.codegen.backend import Artifact
 
 from .machine import Machine, cpu_machine_job
 from .protocols import Builder, Runner
-from .speed import PARALLEL, kind_of, reference_job
+from .speed import kind_of, reference_job
 from .steps import Step, steps_key
 from .task import SearchTask
 
@@ -630,33 +630,22 @@ def _flush_cache(buf: list[np.ndarray]) -> None:
     buf[0] += 1.0
 
 
-# a parallel kernel timed this soon after the measuring process last timed one runs warm
-WARM_GAP_S = 0.025
-_LAST_WARM = [float("-inf")]  # when this process last finished timing a parallel kernel
-
-
 def warm_up(ev: Any, args: Sequence[Any], opts: RunOptions, first: float) -> None:
     """Run the calibrated timer ``ev`` untimed for ``opts.warmup_ms`` before a kernel whose one
-    call took ``first`` seconds is timed.
+    call took ``first`` seconds is timed (a call longer than that warms itself).
 
-    A core that idled, or ran one thread, for a while runs the next parallel kernel slowly at
-    first: on a 2-core Zen 3 VM, MobileNet's dw 3x3 32@112 (0.103 ms) took 0.119 ms over its
-    first three 20 ms repeats after 1 s idle, after 0.5 s of another one-thread process, or as
-    the first candidate of a batch, and 0.103 ms from about 60 ms on. Timed cold, the log
-    claimed 9% more than the kernel takes (`benchmarks/suite.py`'s log/now). Not needed: for
-    a call longer than the warm-up (it warms itself), and within `WARM_GAP_S` of the end of
-    the last parallel timing (`mark_warm`); ``warmup_ms`` 0 is how a one-thread kernel asks
-    for none."""
-    if first >= opts.warmup_ms / 1e3 or time.perf_counter() - _LAST_WARM[0] < WARM_GAP_S:
+    A kernel timed at once runs slowly at first: on a 2-core Zen 3 VM, MobileNet's dw 3x3
+    32@112 (0.103 ms) took 0.119 ms over its first three 20 ms repeats after 1 s idle, after
+    0.5 s of another one-thread process, or as the first candidate of a batch, and 0.103 ms
+    from about 60 ms on. Timed cold, the log claimed 9% more than the kernel takes
+    (`benchmarks/suite.py`'s log/now 1.09x). Skipping the warm-up for a candidate timed right
+    after another (within 25 ms) brought that back: 1.08x and 1.09x for the two layers it
+    had fixed."""
+    if first >= opts.warmup_ms / 1e3:
         return
     t_end = time.perf_counter() + opts.warmup_ms / 1e3
     while time.perf_counter() < t_end:
         ev(*args)
-
-
-def mark_warm() -> None:
-    """Every core just ran a parallel kernel (`warm_up`)."""
-    _LAST_WARM[0] = time.perf_counter()
 
 
 def kernel_args(mod: Any, build: BuildResult, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -734,8 +723,6 @@ def _run_job(key: str, build: BuildResult, opts: RunOptions) -> tuple[str, tuple
             costs.append(ev(*args).results[0])
     except Exception as e:  # noqa: BLE001
         return "RUN_ERROR", (), f"{type(e).__name__}: {e}"
-    if opts.warmup_ms > 0:
-        mark_warm()
     return "NO_ERROR", tuple(costs), ""
 
 
@@ -846,9 +833,7 @@ class LocalRunner:
         if problem is not None:
             return MeasureResult((), MeasureErrorNo.UNKNOWN_ERROR, problem, build_s=b.time_s, machine=machine)
         t0 = time.perf_counter()
-        # a one-thread kernel needs no warm-up of the other cores (`warm_up`)
-        opts = self.options if kind_of(inp.steps) == PARALLEL else dataclasses.replace(self.options, warmup_ms=0.0)
-        self.worker.submit(self.run_job, inp.task.workload_key, b, opts)
+        self.worker.submit(self.run_job, inp.task.workload_key, b, self.options)
         timing = ""
         try:
             res = self.worker.receive(self.timeout)

@@ -251,8 +251,8 @@ class EvolutionarySearch:
             if len(batch) >= n - n_rand:
                 break
             batch.setdefault(c.key, c)
-        # the eps-greedy share, model-free: global random samples, or random one-knob
-        # mutants of the best measured candidate. The model ranks a basin's neighbours by what
+        # the eps-greedy share, model-free: global random samples, or one-knob mutants of
+        # the best measured candidate, its knobs in turn (`_local`). The model ranks a basin's neighbours by what
         # it learnt there and can stay blind to the one move out (e.g. one tile factor moved
         # to double the vector width; docs/benchmark-notes.md)
         best = self.best(1)

@@ -152,15 +152,10 @@ def _calibrated(f: Any, arrays: Sequence[Any], opts: RunOptions) -> Any:
 def reference_job(opts: RunOptions) -> dict[str, tuple[float, float]]:
     """Seconds per call of each kind of reference kernel now, with the spread of its repeats
     (runs in the measuring process, once per batch)."""
-    from .measure import mark_warm
-
     funcs, arrays = _reference_kernel()
-    # the parallel kind last, warmed up: the batch's first candidate follows work on every
-    # core, not a one-thread kernel that left the other core idle (`tuning.measure.warm_up`)
-    out = {SERIAL: _time_reference(funcs[SERIAL], arrays, dataclasses.replace(opts, warmup_ms=0.0)),
-           PARALLEL: _time_reference(funcs[PARALLEL], arrays, opts)}
-    mark_warm()
-    return out
+    # the parallel kind last: the batch's first candidate follows work on every core, not a
+    # one-thread kernel that left the other core idle (each is warmed, `tuning.measure.warm_up`)
+    return {kind: _time_reference(funcs[kind], arrays, opts) for kind in (SERIAL, PARALLEL)}
 
 
 def _time_reference(f: Any, arrays: Sequence[Any], opts: RunOptions) -> tuple[float, float]:
