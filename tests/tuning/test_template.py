@@ -178,6 +178,11 @@ def test_mutate_and_crossover_give_valid_configs() -> None:
         assert all(x.param_dict[k] in (a.param_dict[k], b.param_dict[k]) for k in cs)
         s, args = task.apply_steps(m.steps)
         tc.lower(s, args)
+    for k in cs:  # the knob named moves, and only it (the search's local moves name one)
+        m = space.mutate(pop[0], rng, knob=k)
+        if m is not None:
+            assert [j for j in cs if m.param_dict[j] != pop[0].param_dict[j]] == [k]
+    assert space.mutate(pop[0], rng, knob="no_such_knob") is None
 
 
 # end to end --------------------------------------------------------------------------------
