@@ -252,9 +252,9 @@ class EvolutionarySearch:
                 break
             batch.setdefault(c.key, c)
         # the eps-greedy share, model-free: global random samples, or one-knob mutants of
-        # the best measured candidate, its knobs in turn (`_local`). The model ranks a basin's neighbours by what
-        # it learnt there and can stay blind to the one move out (e.g. one tile factor moved
-        # to double the vector width; docs/benchmark-notes.md)
+        # the best measured candidate, its knobs in turn (`_local`). The model ranks a
+        # basin's neighbours by what it learnt there and can stay blind to the one move out
+        # (e.g. one tile factor moved to double the vector width; docs/benchmark-notes.md)
         best = self.best(1)
         n_local = sum(self.rng.random() < opt.local_prob for _ in range(n - len(batch))) if best else 0
         for c in self._local(best[0], n_local, batch) if n_local else ():

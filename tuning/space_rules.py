@@ -474,8 +474,8 @@ def draw_small_gemm(ei: int, ej: int, ek: int, vector_bits: int,
 
 
 def small_gemm(ei: int, ej: int, ek: int) -> bool:
-    """A GEMM for `draw_small_gemm`: no cache block of 128 or more `MICROKERNEL_NC` columns divides its
-    row, and large enough (2^18 multiply-adds per matrix) that the tile matters."""
+    """A GEMM for `draw_small_gemm`: no cache block of 128 or more `MICROKERNEL_NC` columns
+    divides its row, and large enough (2^18 multiply-adds per matrix) that the tile matters."""
     return not any(ej % c == 0 for c in MICROKERNEL_NC[1:]) and ei * ej * ek >= 1 << 18
 
 
