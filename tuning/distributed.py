@@ -184,7 +184,8 @@ class RayRunner:
                  ref_timeout: float = 600.0, start_timeout: float = 120.0,
                  runtime_env: dict[str, Any] | None = None,
                  node_resource: str | None = None, num_cpus: int | None = None,
-                 jobs_from: type[LocalRunner] = LocalRunner, max_retries: int = 2) -> None:
+                 jobs_from: type[LocalRunner] = LocalRunner, max_retries: int = 2,
+                 warmup_ms: float = RunOptions.warmup_ms) -> None:
         try:
             import ray
         except ImportError:
@@ -193,8 +194,10 @@ class RayRunner:
         self.address = address
         self.timeout, self.ref_timeout, self.max_retries = timeout, ref_timeout, max_retries
         self.start_timeout = start_timeout
+        if warmup_ms < 0:
+            raise ValueError(f"RayRunner: warmup_ms must be >= 0, got {warmup_ms}")
         self.options = RunOptions(number, repeat, min_repeat_ms, flush_cache, check, rtol,
-                                  budget_s=min(budget_s, timeout / 3))
+                                  budget_s=min(budget_s, timeout / 3), warmup_ms=warmup_ms)
         self.node_resource = node_resource
         self._jobs = (jobs_from.prepare_job, jobs_from.run_job, jobs_from.machine_job,
                       jobs_from.reference_job)

@@ -736,6 +736,8 @@ class LocalRunner:
     each repeat; ``check`` compares the first call's outputs with the default schedule's
     (``rtol``, relative to the outputs' RMS). A candidate whose first call takes longer than
     ``budget_s`` is not timed again: it is far from the best and further calls only cost.
+    A candidate whose first call is shorter than ``warmup_ms`` runs untimed that long before
+    its repeats (`warm_up`; 0: timed at once).
     """
 
     # the jobs run in the measuring process (module-level functions: they are pickled by
@@ -753,11 +755,13 @@ class LocalRunner:
     def __init__(self, timeout: float = 10.0, number: int = 3, repeat: int = 3,
                  min_repeat_ms: float = 20.0, flush_cache: bool = False, check: bool = True,
                  rtol: float = 1e-3, budget_s: float = 1.0, ref_timeout: float = 600.0,
-                 workdir: str | None = None) -> None:
+                 workdir: str | None = None, warmup_ms: float = RunOptions.warmup_ms) -> None:
+        if warmup_ms < 0:
+            raise ValueError(f"LocalRunner: warmup_ms must be >= 0, got {warmup_ms}")
         self.timeout = timeout
         self.ref_timeout = ref_timeout
         self.options = RunOptions(number, repeat, min_repeat_ms, flush_cache, check, rtol,
-                                  budget_s=min(budget_s, timeout / 3))
+                                  budget_s=min(budget_s, timeout / 3), warmup_ms=warmup_ms)
         self._own_dir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="tecomp-run-")
         self.worker = _Worker(os.path.join(self.workdir, "runner.log"))

@@ -86,6 +86,12 @@ def test_short_kernels_run_warm_before_they_are_timed(tmp_path: Path, monkeypatc
     m.warm_up(ev, [], RunOptions(warmup_ms=0.0), 0.001)
     assert not calls
     assert RunOptions().warmup_ms >= 30.0
+    for ms in (0.0, RunOptions().warmup_ms):  # the runner's knob (0: timed at once)
+        runner = m.LocalRunner(warmup_ms=ms)
+        assert runner.options.warmup_ms == ms
+        runner.close()
+    with pytest.raises(ValueError, match="warmup_ms must be >= 0"):
+        m.LocalRunner(warmup_ms=-1.0)
     # the run job warms the candidate with its own calibrated timer, before its repeats
     seen: list[tuple[float, float]] = []
     real = m.warm_up
