@@ -194,8 +194,6 @@ class RayRunner:
         self.address = address
         self.timeout, self.ref_timeout, self.max_retries = timeout, ref_timeout, max_retries
         self.start_timeout = start_timeout
-        if warmup_ms < 0:
-            raise ValueError(f"RayRunner: warmup_ms must be >= 0, got {warmup_ms}")
         self.options = RunOptions(number, repeat, min_repeat_ms, flush_cache, check, rtol,
                                   budget_s=min(budget_s, timeout / 3), warmup_ms=warmup_ms)
         self.node_resource = node_resource

@@ -623,6 +623,10 @@ class RunOptions:
     budget_s: float = 1.0  # slow candidates are timed with fewer calls to fit in this
     warmup_ms: float = 50.0  # untimed calls before the repeats (`warm_up`)
 
+    def __post_init__(self) -> None:
+        if self.warmup_ms < 0:
+            raise ValueError(f"warmup_ms must be >= 0, got {self.warmup_ms}")
+
 
 def _flush_cache(buf: list[np.ndarray]) -> None:
     if not buf:
@@ -756,8 +760,6 @@ class LocalRunner:
                  min_repeat_ms: float = 20.0, flush_cache: bool = False, check: bool = True,
                  rtol: float = 1e-3, budget_s: float = 1.0, ref_timeout: float = 600.0,
                  workdir: str | None = None, warmup_ms: float = RunOptions.warmup_ms) -> None:
-        if warmup_ms < 0:
-            raise ValueError(f"LocalRunner: warmup_ms must be >= 0, got {warmup_ms}")
         self.timeout = timeout
         self.ref_timeout = ref_timeout
         self.options = RunOptions(number, repeat, min_repeat_ms, flush_cache, check, rtol,
