@@ -427,6 +427,7 @@ MICROKERNEL_KC = (32, 64, 256, 512, 1024)
 # (all of k: the accumulators are placed at the column loop) the row blocks reread. A GEMM
 # with no block of the last three sizes dividing its row is small (`small_gemm`).
 MICROKERNEL_NC = (64, 128, 256, 512)
+_BLOCKED_NC = MICROKERNEL_NC[1:]  # the widths whose dividing a GEMM's row makes it blocked
 # A panel within this many bytes stays in L2 (half of Zen 3's 512 KiB; Zen 5 and recent Intel
 # cores have 1-2 MiB), and such widths are drawn `MICROKERNEL_NC_FIT_WEIGHT` times as often.
 # Measured on GEMM 1024^3 (Zen 3, 6 x 16 tile, all rows, kc 256/512/1024): nc 64 (a 256 KiB
@@ -476,7 +477,7 @@ def draw_small_gemm(ei: int, ej: int, ek: int, vector_bits: int,
 def small_gemm(ei: int, ej: int, ek: int) -> bool:
     """A GEMM for `draw_small_gemm`: no cache block of 128 or more `MICROKERNEL_NC` columns
     divides its row, and large enough (2^18 multiply-adds per matrix) that the tile matters."""
-    return not any(ej % c == 0 for c in MICROKERNEL_NC[1:]) and ei * ej * ek >= 1 << 18
+    return not any(ej % c == 0 for c in _BLOCKED_NC) and ei * ej * ek >= 1 << 18
 
 
 @functools.lru_cache(maxsize=256)  # by identity: the search asks it of a task's own ops every build
@@ -514,7 +515,7 @@ def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
     # a small GEMM (no cache block of columns): cache blocks are moot, and the uniform draws
     # cover its tiles; decided before any draw, so its candidates are sampled as before
     shapes = [(mr, nv) for mr, nv in microkernel_shapes(lanes, vector_registers(vector_bits), ej)[:3]
-              if any(c % (nv * lanes) == 0 and ej % c == 0 for c in MICROKERNEL_NC[1:])]
+              if any(c % (nv * lanes) == 0 and ej % c == 0 for c in _BLOCKED_NC)]
     if not shapes or rng.random() >= MICROKERNEL_PRIOR:
         return None
     # mostly the best shape; the next ones in case the model prefers them on this machine
