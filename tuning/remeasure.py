@@ -81,7 +81,7 @@ def _remeasure_run(tuner: _Tuner, run: _TaskRun, k: int) -> None:
         tags.clear()
         tags.update((c.key, f"{session}/{rnd}") for c in top)
         ins = [MeasureInput.of(run.task, c) for c in top]
-        res, tb, tr = tuner._measure(ins, log_only)
+        res, tb, tr = tuner._measure(ins, log_only, run.builds)
         out.build_s += tb
         out.run_s += tr
         times: dict[str, float] = {}

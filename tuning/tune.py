@@ -67,7 +67,7 @@ import numpy as np
 
 from .cost_model import CostModel, RandomModel, RankingQuality, XGBModel, ranking_quality
 from .features import FeatureCache
-from .measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult, WorkerPool
+from .measure import BuildResult, LocalBuilder, LocalRunner, MeasureInput, MeasureResult, WorkerPool
 from .protocols import Builder, ResultCallback, Runner, check_builder, check_runner
 from .records import Record, RecordWriter, load_records, rank_rounds, ranked
 from .remeasure import remeasure as remeasure_best
@@ -339,6 +339,38 @@ def _make_model(cost_model: str | CostModel, seed: int, features: FeatureCache) 
     raise TuningError(f"tune: unknown cost_model {cost_model!r} (use 'xgb', 'random' or a CostModel)")
 
 
+KEEP_BUILDS = 8  # per task: the builds of its fastest candidates, kept for the final re-timing
+
+
+class _Builds:
+    """The builds of a task's fastest candidates so far (by normalised cost), at most ``keep``.
+
+    The final re-timing (`tuning.remeasure`) times the best few again, in up to five rounds;
+    building them anew for each round took about half of its time, and that re-timing was up
+    to a fifth of a MobileNet-V2 run's wall time. A build is a deterministic function of the
+    candidate's steps, so the same machine code is timed either way."""
+
+    def __init__(self, keep: int = KEEP_BUILDS) -> None:
+        self.keep = keep
+        self._by_key: dict[str, tuple[float, BuildResult]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def get(self, key: str) -> BuildResult | None:
+        hit = self._by_key.get(key)
+        return None if hit is None else hit[1]
+
+    def offer(self, key: str, cost: float, build: BuildResult) -> None:
+        """Keep ``build`` if its candidate (timed at ``cost``) is among the fastest so far."""
+        if not math.isfinite(cost) or build.artifact is None or self.keep <= 0:
+            return
+        old = self._by_key.get(key)
+        self._by_key[key] = (cost if old is None else min(cost, old[0]), build)
+        if len(self._by_key) > self.keep:
+            del self._by_key[max(self._by_key, key=lambda k: self._by_key[k][0])]
+
+
 class _TaskRun:
     """One task within a `tune` call: its search and its result so far."""
 
@@ -357,6 +389,7 @@ class _TaskRun:
         # the final re-timing's rounds: per round, each valid candidate's raw mean
         # (`tuning.records.rank_rounds`; without a log to read)
         self.rounds: list[dict[str, float]] = []
+        self.builds = _Builds()  # what the final re-timing need not build again
 
     def candidate(self, rec: Record) -> Candidate | None:
         """The search's candidate for a logged record, when the space can re-create it."""
@@ -518,7 +551,8 @@ class _Tuner:
             try:
                 b = self._propose(i, min(self.batch_size, self.budget - self.done))
                 if b is not None:
-                    self._learn(b, *self._measure(b.ins, self._on_result(self.runs[i])))
+                    run = self.runs[i]
+                    self._learn(b, *self._measure(b.ins, self._on_result(run), run.builds))
             finally:
                 self.runs[i].result.wall_s += time.perf_counter() - t_round
 
@@ -549,7 +583,8 @@ class _Tuner:
                     self.runs[i].search.pending.update(c.key for c in b.cands)
                     with self._lock:
                         self.outstanding += len(b.ins)
-                    inflight[pool.submit(self._measure, b.ins, self._on_result(self.runs[i]))] = b
+                    run = self.runs[i]
+                    inflight[pool.submit(self._measure, b.ins, self._on_result(run), run.builds)] = b
                 if not inflight:
                     break
                 finished, _ = wait(inflight, return_when=FIRST_COMPLETED)
@@ -596,9 +631,11 @@ class _Tuner:
         return _Batch(i, batch, ins, scores, seq)
 
     def _measure(self, ins: Sequence[MeasureInput], callback: ResultCallback,
-                 ) -> tuple[list[MeasureResult], float, float]:
+                 builds: _Builds | None = None) -> tuple[list[MeasureResult], float, float]:
         """Build then run ``ins``; also the wall seconds of each phase. Every result goes
-        through ``callback`` exactly once, also from a runner that never calls it."""
+        through ``callback`` exactly once, also from a runner that never calls it. With
+        ``builds`` (the task's `_Builds`), a candidate built before is not built again, and
+        the builds of the fastest are kept there."""
         reported: set[str] = set()
 
         def report(inp: MeasureInput, res: MeasureResult) -> None:
@@ -607,18 +644,30 @@ class _Tuner:
                 callback(inp, res)
 
         t0 = time.perf_counter()
-        with self._build_lock:
-            builds = self.builder.build(ins)
+        with self._lock:
+            kept = [builds.get(inp.key) if builds is not None else None for inp in ins]
+        todo = [inp for inp, b in zip(ins, kept) if b is None]
+        made: list[BuildResult] = []
+        if todo:
+            with self._build_lock:
+                made = list(self.builder.build(todo))
+            if len(made) != len(todo):
+                raise TuningError(f"builder {type(self.builder).__name__} returned {len(made)} results "
+                                  f"for {len(todo)} inputs")
+        fresh = iter(made)
+        built = [b if b is not None else next(fresh) for b in kept]
         t1 = time.perf_counter()
-        if len(builds) != len(ins):
-            raise TuningError(f"builder {type(self.builder).__name__} returned {len(builds)} results "
-                              f"for {len(ins)} inputs")
-        results = self.runner.run(ins, builds, report)
+        results = self.runner.run(ins, built, report)
         if len(results) != len(ins):
             raise TuningError(f"runner {type(self.runner).__name__} returned {len(results)} results "
                               f"for {len(ins)} inputs")
         for inp, res in zip(ins, results):
             report(inp, res)
+        if builds is not None:
+            with self._lock:  # measuring threads share the speed index and the task's builds
+                for inp, b, res in zip(ins, built, results):
+                    if res.valid:
+                        builds.offer(inp.key, self.speed.cost(res), b)
         return list(results), t1 - t0, time.perf_counter() - t1
 
     def _learn(self, b: _Batch, res: Sequence[MeasureResult], build_s: float, run_s: float) -> None:

@@ -212,3 +212,48 @@ def test_show_log_prints_the_side_by_side_winner(tmp_path: Path, capsys: pytest.
     cells = row.split()
     assert cells[7:9] == ["4.400", "4.400"], row  # best ms and raw ms: B's, not A's
     assert "winner of the final re-timing" in out
+
+
+class _CountingBuilder:
+    """The local builder, counting how often each candidate is built."""
+
+    def __init__(self) -> None:
+        from tuning.measure import LocalBuilder
+
+        self.inner = LocalBuilder(n_workers=1)
+        self.built: dict[str, int] = {}
+
+    def build(self, inputs):  # type: ignore[no-untyped-def]
+        for inp in inputs:
+            self.built[inp.key] = self.built.get(inp.key, 0) + 1
+        return self.inner.build(inputs)
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_the_final_rounds_time_the_builds_made_while_tuning(tmp_path: Path) -> None:
+    from tuning.measure import LocalRunner
+
+    task = tuning.SearchTask(wl.matmul, (32, 32, 32))
+    log = str(tmp_path / "b.jsonl")
+    builder, runner = _CountingBuilder(), LocalRunner(timeout=10.0, min_repeat_ms=1.0, warmup_ms=0)
+    try:
+        (res,) = tuning.tune([task], trials=12, log=log, seed=0, batch_size=4, builder=builder, runner=runner,
+                             search=tuning.SearchOptions(population=16, generations=1, fresh_pool=16),
+                             progress=False, remeasure=3)
+    finally:
+        builder.close()
+        runner.close()
+    recs = load_records(log, task)
+    rounds = {r.round for r in recs if r.round}
+    retimed = {r.key for r in recs if r.round}
+    assert len(rounds) >= 2 and len(retimed) >= 3 and math.isfinite(res.best_cost)
+    # every candidate was compiled once: the re-timing rounds ran the kept machine code
+    assert len(builder.built) == 12 and set(builder.built.values()) == {1}
+    assert retimed <= set(builder.built)
+    # and every re-timing is a real measurement of a correct kernel
+    assert all(r.valid for r in recs if r.round)
