@@ -503,10 +503,14 @@ def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
     """Tiles (SSRSRS, 3 inner levels per spatial axis, 1 per reduction) of a BLIS-like GEMM
     on rows ``ei`` x columns ``ej`` x depth ``ek``: innermost an ``mr x nr`` register tile of
     `microkernel_shapes` (fits the target's register file: no spills), around it ``nc / nr``
-    micro-kernels of one row block (S2 of the columns), a cache block of ``mc`` rows (S1 of
-    the rows: its B slice, kc x nc, is reread from cache by all of them) and a ``kc`` k block
-    (the A piece, mr x kc, stays in L1 across the row's micro-kernels). ``mr`` need not divide
-    ``ei`` (6 rows on AVX2): the last block is partial. Keys "i", "j", "k"; None for the
+    micro-kernels of one row block (S1 of the columns), a cache block of ``mc`` rows (S1 of
+    the rows: its B panel, k x nc, is reread from cache by all of them) and a ``kc`` k block.
+    The column micro-kernels sit outside the k loops, so each one's accumulators (the cached
+    sketch puts them at S1) stay in registers through all of k and the A piece (mr x k) stays
+    in L1 across them; at S2, inside the k block, ``nc / nr`` tiles of accumulators went to
+    memory and back at every k block: GEMM 1024^3 ran at 85-89% of the FMA peak so against
+    90.5-91% (nc 64, any kc; as fast at wider nc: docs/benchmark-notes.md). ``mr`` need not
+    divide ``ei`` (6 rows on AVX2): the last block is partial. Keys "i", "j", "k"; None for the
     share ``1 - MICROKERNEL_PRIOR`` of the draws, when no shape fits, or when no cache block
     of 128 or more `MICROKERNEL_NC` columns divides ``ej`` (a GEMM that small fits the caches
     whole, and its few blocked candidates would mostly repeat). Widths whose B panel fits
@@ -528,7 +532,7 @@ def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
     mc = _row_block(ei, mr, MICROKERNEL_MC[int(rng.choice(len(MICROKERNEL_MC), p=_MC_P))])
     kcs = [k for k in MICROKERNEL_KC if ek % k == 0] or [d for d in divisors(ek) if d <= MAX_INNERMOST][-1:]
     kc = kcs[int(rng.integers(len(kcs)))]
-    return {"i": (mc // mr, 1, mr), "j": (1, nc // nr, nr), "k": (kc,)}
+    return {"i": (mc // mr, 1, mr), "j": (nc // nr, 1, nr), "k": (kc,)}
 
 
 def _row_block(ei: int, mr: int, target: int) -> int:

@@ -113,7 +113,8 @@ def test_tuner_draws_the_microkernel(target: str) -> None:
         assert c is not None
         d = c.param_dict
         si, sj = d["C/S0"], d["C/S1"]
-        if si[1] == 1 and sj[0] == 1 and sj[2] % lanes == 0 and d["C/at"] == 1 and d["C/vec"] == 1:
+        # the column micro-kernels outside the k block (S1), their accumulators attached there
+        if si[1] == 1 and sj[1] == 1 and sj[2] % lanes == 0 and d["C/at"] == 1 and d["C/vec"] == 1:
             mr, nv = si[2], sj[2] // lanes
             if (mr, nv) in microkernel_shapes(lanes, regs, n)[:3]:
                 found.append(c)
@@ -243,7 +244,7 @@ def _column_blocks(ei: int, ej: int, ek: int, rng: np.random.Generator, n: int =
     for _ in range(n):
         t = draw_microkernel(ei, ej, ek, 256, rng)
         if t is not None:
-            nc = t["j"][1] * t["j"][2]
+            nc = t["j"][0] * t["j"][2]
             counts[nc] = counts.get(nc, 0) + 1
     return counts
 
