@@ -507,9 +507,9 @@ def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
     the rows: its B panel, k x nc, is reread from cache by all of them) and a ``kc`` k block.
     The column micro-kernels sit outside the k loops, so each one's accumulators (the cached
     sketch puts them at S1) stay in registers through all of k and the A piece (mr x k) stays
-    in L1 across them; at S2, inside the k block, ``nc / nr`` tiles of accumulators went to
-    memory and back at every k block: GEMM 1024^3 ran at 85-89% of the FMA peak so against
-    90.5-91% (nc 64, any kc; as fast at wider nc: docs/benchmark-notes.md). ``mr`` need not
+    in L1 across them. Drawn at S2, inside the k block, ``nc / nr`` tiles of accumulators went
+    to memory and back at every k block: GEMM 1024^3 ran at 85-89% of the FMA peak that way,
+    90.5-91% this way (nc 64, any kc; alike at wider nc: docs/benchmark-notes.md). ``mr`` need not
     divide ``ei`` (6 rows on AVX2): the last block is partial. Keys "i", "j", "k"; None for the
     share ``1 - MICROKERNEL_PRIOR`` of the draws, when no shape fits, or when no cache block
     of 128 or more `MICROKERNEL_NC` columns divides ``ej`` (a GEMM that small fits the caches
