@@ -509,8 +509,8 @@ def draw_microkernel(ei: int, ej: int, ek: int, vector_bits: int,
     sketch puts them at S1) stay in registers through all of k and the A piece (mr x k) stays
     in L1 across them. Drawn at S2, inside the k block, ``nc / nr`` tiles of accumulators went
     to memory and back at every k block: GEMM 1024^3 ran at 85-89% of the FMA peak that way,
-    90.5-91% this way (nc 64, any kc; alike at wider nc: docs/benchmark-notes.md). ``mr`` need not
-    divide ``ei`` (6 rows on AVX2): the last block is partial. Keys "i", "j", "k"; None for the
+    90.5-91% this way (nc 64, any kc; alike at wider nc: docs/benchmark-notes.md). ``mr``
+    need not divide ``ei`` (6 rows on AVX2): the last block is partial. Keys "i", "j", "k"; None for the
     share ``1 - MICROKERNEL_PRIOR`` of the draws, when no shape fits, or when no cache block
     of 128 or more `MICROKERNEL_NC` columns divides ``ej`` (a GEMM that small fits the caches
     whole, and its few blocked candidates would mostly repeat). Widths whose B panel fits

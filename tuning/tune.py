@@ -360,7 +360,7 @@ class _Builds:
 
     def offer(self, key: str, cost: float, build: BuildResult) -> None:
         """Keep ``build`` if its candidate (timed at ``cost``) is among the fastest so far."""
-        if not math.isfinite(cost) or build.artifact is None or self.keep <= 0:
+        if not math.isfinite(cost) or build.artifact is None:
             return
         old = self._by_key.get(key)
         self._by_key[key] = (cost if old is None else min(cost, old[0]), build)
@@ -628,11 +628,11 @@ class _Tuner:
         return _Batch(i, batch, ins, scores, seq)
 
     def _measure(self, ins: Sequence[MeasureInput], callback: ResultCallback,
-                 builds: _Builds | None = None) -> tuple[list[MeasureResult], float, float]:
+                 builds: _Builds) -> tuple[list[MeasureResult], float, float]:
         """Build then run ``ins``; also the wall seconds of each phase. Every result goes
-        through ``callback`` exactly once, also from a runner that never calls it. With
-        ``builds`` (the task's `_Builds`), a candidate built before is not built again, and
-        the builds of the fastest are kept there."""
+        through ``callback`` exactly once, also from a runner that never calls it. A candidate
+        held in ``builds`` (its task's `_Builds`) is not built again, and the builds of the
+        fastest are kept there."""
         reported: set[str] = set()
 
         def report(inp: MeasureInput, res: MeasureResult) -> None:
@@ -642,7 +642,7 @@ class _Tuner:
 
         t0 = time.perf_counter()
         with self._lock:
-            kept = [builds.get(inp.key) if builds is not None else None for inp in ins]
+            kept = [builds.get(inp.key) for inp in ins]
         todo = [inp for inp, b in zip(ins, kept) if b is None]
         made: list[BuildResult] = []
         if todo:
@@ -660,11 +660,10 @@ class _Tuner:
                               f"for {len(ins)} inputs")
         for inp, res in zip(ins, results):
             report(inp, res)
-        if builds is not None:
-            with self._lock:  # measuring threads share the speed index and the task's builds
-                for inp, b, res in zip(ins, built, results):
-                    if res.valid:
-                        builds.offer(inp.key, self.speed.cost(res), b)
+        with self._lock:  # measuring threads share the speed index and the task's builds
+            for inp, b, res in zip(ins, built, results):
+                if res.valid:
+                    builds.offer(inp.key, self.speed.cost(res), b)
         return list(results), t1 - t0, time.perf_counter() - t1
 
     def _learn(self, b: _Batch, res: Sequence[MeasureResult], build_s: float, run_s: float) -> None:
