@@ -250,9 +250,10 @@ def _print_machines(groups: dict[str, list[Any]], labels: dict[str, str], index:
         m, n = machines[mid]
         line = f"  {label}: {m.describe()}; {n} record(s)"
         if index is not None:
-            from .speed import KINDS
+            from .speed import RECORD_KINDS
 
-            bases = [(k, index.baselines[f"{mid}/{k}"]) for k in KINDS if f"{mid}/{k}" in index.baselines]
+            bases = [(k, index.baselines[f"{mid}/{k}"]) for k in RECORD_KINDS
+                     if f"{mid}/{k}" in index.baselines]
             if bases:
                 line += "; median reference " + ", ".join(f"{k} {_ms(v)} ms" for k, v in bases)
         if not m.host_id and not m.gpu_name:

@@ -145,7 +145,7 @@ class MeasureResult(Timed):
     # runner, e.g. a build error, or an old record that did not say)
     machine: Machine | None = None
     # the machine-speed index: seconds per call of `tuning.speed`'s reference kernel of the
-    # candidate's kind (``ref_kind``: "parallel" or "serial", `tuning.speed.kind_of`), timed by
+    # candidate's kind (``ref_kind``: one of `tuning.speed.KINDS`, `tuning.speed.kind_of`), timed by
     # the same process in the same batch (None: unknown -- no CPU runner measured it, a GPU
     # runner, or an old record). ``costs`` stay raw; `tuning.speed.SpeedIndex` normalises
     ref_s: float | None = None

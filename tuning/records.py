@@ -57,7 +57,7 @@ from typing import IO, Any
 
 from .machine import Machine
 from .measure import MeasureErrorNo, MeasureInput, MeasureResult, Timed
-from .speed import KINDS, PARALLEL, SpeedIndex, combined_ref
+from .speed import LEGACY_PARALLEL, PARALLEL, RECORD_KINDS, SpeedIndex, combined_ref
 from .steps import Step, steps_from_json, steps_key, steps_to_json
 from .task import SearchTask, TuningError
 
@@ -107,7 +107,7 @@ class Record(Timed):
     # the machine-speed index measured with it (`tuning.speed`; None: unknown, e.g. an old
     # record); for an `aggregate`d candidate, the index of the timings it is judged on together
     ref_s: float | None = None
-    ref_kind: str = ""  # which reference kernel: "parallel" or "serial" ("" without ref_s)
+    ref_kind: str = ""  # which reference kernel (`tuning.speed.RECORD_KINDS`; "" without ref_s)
     ref_spread: float | None = None  # max / min of its repeats (`tuning.speed.UNSTEADY`)
     round: str = ""  # the side-by-side re-timing round it was timed in (`side_by_side`), if any
 
@@ -246,9 +246,10 @@ def _speed_index(d: dict[str, Any]) -> dict[str, Any]:
         return {}
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
         raise ValueError(f"a record's ref_s is a positive number of seconds, got {v!r}")
-    kind = d.get("ref_kind", PARALLEL)
-    if kind not in KINDS:
-        raise ValueError(f"a record's ref_kind is one of {', '.join(KINDS)}, got {kind!r}")
+    # a record with a time and no kind is from before the kinds: the first parallel reference
+    kind = d.get("ref_kind", LEGACY_PARALLEL)
+    if kind not in RECORD_KINDS:
+        raise ValueError(f"a record's ref_kind is one of {', '.join(RECORD_KINDS)}, got {kind!r}")
     spread = d.get("ref_spread")
     if spread is not None and (isinstance(spread, bool) or not isinstance(spread, (int, float))
                                or not math.isfinite(spread) or spread < 1.0):

@@ -47,10 +47,16 @@ if TYPE_CHECKING:
     from .records import Record
     from .task import SearchTask
 
-# the reference kernel: C[N, M] = A[N, K] @ B[K, M], fp32 (rows in parallel for the parallel
-# kind). ~0.1-0.2 ms on a 2-core AVX2 VM, the range of the short parallel candidates that
-# drift most
-REFERENCE_SHAPE = (128, 256, 128)
+# the reference kernel: C[N, M] = A[N, K] @ B[K, M] summed REFERENCE_SWEEPS times over its
+# reduction, fp32 (rows in parallel for the parallel kind). ~0.045 ms (parallel) and ~0.09 ms
+# (serial) on a 2-core AVX2 VM, the range of the short parallel candidates that drift most.
+# Its arrays take 128 KiB: a process draws where their pages fall, and the 320 KiB of the
+# first reference (128x256x128 in one sweep) ran 0.050-0.060 ms (serial 0.093-0.114) from one
+# process to the next on a 2-core Zen 3 VM, by how they met in its 512 KiB L2, against
+# 0.0448-0.0456 (serial 0.087-0.090) for this one: a process that drew an edge shifted every
+# cost it normalised by ~10% (docs/benchmark-notes.md)
+REFERENCE_SHAPE = (128, 64, 128)
+REFERENCE_SWEEPS = 4
 # timings per reference measurement; the median is the index (one slow repeat is noise)
 REFERENCE_REPEAT = 5
 # repeats of one reference measurement further apart than this (max / min, its ``spread``):
@@ -65,13 +71,19 @@ UNSTEADY = 1.5
 MAX_DRIFT = 3.0
 # a reference time within this ratio of the baseline (either way) is the reference's own
 # noise, not the machine's drift: costs are then compared raw. Measured on a quiet 2-core Zen 3
-# (2026-11-25): the parallel reference of one 10-minute tuning run ranged 0.0567-0.0594 ms
+# (2026-11-25, with the first, 320 KiB reference; the 128 KiB one varies less between
+# processes): the parallel reference of one 10-minute tuning run ranged 0.0567-0.0594 ms
 # (10th-90th percentile) and single measurements in later fresh processes 0.0543-0.0601 ms,
 # while those processes re-timed 23 logged convolutions (0.6-1.7 ms) within 1-3% of their raw
 # logged times; normalising by each fresh reference put 7 of them 5-8% off their claims.
 NOISE_BAND = 1.1
-PARALLEL, SERIAL = "parallel", "serial"  # the kinds of reference (module docstring)
+# the kinds of reference (module docstring), as records name them. A kind names one kernel:
+# records timed beside the first reference (``ref_kind`` "parallel"/"serial", tecomp before
+# the 128 KiB kernel) keep their kinds, so their baselines stay apart from the new kernel's
+PARALLEL, SERIAL = "parallel2", "serial2"
 KINDS = (PARALLEL, SERIAL)
+LEGACY_PARALLEL, LEGACY_SERIAL = "parallel", "serial"
+RECORD_KINDS = (*KINDS, LEGACY_PARALLEL, LEGACY_SERIAL)  # what a record's ref_kind may be
 
 _REFERENCE: dict[str, Any] = {}  # per measuring process: the compiled kernels and their arrays
 
@@ -115,8 +127,9 @@ def _reference_kernel() -> tuple[dict[str, Any], list[Any]]:
         n, k, m = REFERENCE_SHAPE
         A = te.placeholder((n, k), "float32", name="A")
         B = te.placeholder((k, m), "float32", name="B")
+        t = te.reduce_axis((0, REFERENCE_SWEEPS), name="t")
         r = te.reduce_axis((0, k), name="r")
-        C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+        C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=[t, r]), name="C")
         s = te.create_schedule(C.op)
         funcs = {}
         for kind in KINDS:
@@ -124,7 +137,7 @@ def _reference_kernel() -> tuple[dict[str, Any], list[Any]]:
             i, j = s[C].leaf_iter_vars[:2]  # the spatial axes (the reduction follows)
             io, ii = s[C].split(i, factor=4)
             jo, ji = s[C].split(j, factor=16)
-            s[C].reorder(io, jo, r, ii, ji)
+            s[C].reorder(io, jo, t, r, ii, ji)
             if kind == PARALLEL:
                 s[C].parallel(io)
             s[C].unroll(ii)
@@ -408,5 +421,7 @@ def retime(log: str, n: int, rounds: int = 7, opts: RunOptions | None = None,
     return out
 
 
-__all__ = ["KINDS", "MAX_DRIFT", "NOISE_BAND", "PARALLEL", "REFERENCE_REPEAT", "REFERENCE_SHAPE", "SERIAL", "UNSTEADY",
-           "Retimed", "SpeedIndex", "combined_ref", "drift_factor", "kind_of", "reference_job", "retime", "retime_job"]
+__all__ = ["KINDS", "LEGACY_PARALLEL", "LEGACY_SERIAL", "MAX_DRIFT", "NOISE_BAND", "PARALLEL",
+           "RECORD_KINDS", "REFERENCE_REPEAT", "REFERENCE_SHAPE", "REFERENCE_SWEEPS", "SERIAL",
+           "UNSTEADY", "Retimed", "SpeedIndex", "combined_ref", "drift_factor", "kind_of",
+           "reference_job", "retime", "retime_job"]

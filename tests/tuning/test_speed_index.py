@@ -17,8 +17,21 @@ from tuning.cost_model import XGBModel, _labels, label_costs
 from tuning.distributed import MeasuringActor
 from tuning.machine import local_machine
 from tuning.measure import LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, RunOptions, measure_batch
-from tuning.records import RecordWriter, aggregate, best_record, load_records
-from tuning.speed import MAX_DRIFT, NOISE_BAND, PARALLEL, SERIAL, SpeedIndex, drift_factor, kind_of, reference_job
+from tuning.records import RecordWriter, _speed_index, aggregate, best_record, load_records
+from tuning.speed import (
+    KINDS,
+    LEGACY_PARALLEL,
+    MAX_DRIFT,
+    NOISE_BAND,
+    PARALLEL,
+    REFERENCE_SWEEPS,
+    SERIAL,
+    SpeedIndex,
+    _reference_kernel,
+    drift_factor,
+    kind_of,
+    reference_job,
+)
 from tuning.steps import AnnotationStep, SplitStep
 
 STEPS = [(SplitStep("C", 1, (f,)), AnnotationStep("C", 2, "vectorize")) for f in (2, 4, 8, 16)]
@@ -94,6 +107,44 @@ def test_a_reference_within_its_noise_band_compares_costs_raw() -> None:
     index = SpeedIndex({f"{m.id}/{PARALLEL}": 1e-4})
     noisy = MeasureResult((5e-3,), MeasureErrorNo.NO_ERROR, machine=m, ref_s=1.06e-4, ref_kind=PARALLEL)
     assert index.cost(noisy) == 5e-3 and index.normalise(noisy) is noisy
+
+
+def test_the_reference_kernel_works_in_128_kib_and_sums_its_product_each_sweep() -> None:
+    """Its arrays take 128 KiB, which a process cannot place badly in L2 (320 KiB ran ±10%
+    from one process to the next); each kind computes the product once per sweep."""
+    funcs, arrays = _reference_kernel()
+    assert sum(a.nbytes for a in arrays) <= 128 * 1024
+    a, b, c = arrays
+    for kind in KINDS:
+        c[...] = np.nan
+        funcs[kind](a, b, c)
+        np.testing.assert_allclose(c, REFERENCE_SWEEPS * (a.astype(np.float64) @ b), rtol=1e-4, atol=1e-4)
+
+
+def test_records_timed_beside_the_first_reference_keep_baselines_of_their_own(tmp_path: Path) -> None:
+    """Records of the first reference kernel (``ref_kind`` "parallel", or no kind at all) are
+    normalised by that kernel's times only, never by the new kernel's shorter ones."""
+    task = tuning.SearchTask(wl.matmul, (16, 8, 16))
+    log = tmp_path / "mixed.jsonl"
+    _synthetic_log(log, task, [2.0e-3, 3.0e-3, 1.5e-3, 2.5e-3], ref=4.5e-5)
+    lines = log.read_text().splitlines()
+    rec_idx = [k for k, ln in enumerate(lines) if "kind" not in json.loads(ln)]
+    for k, legacy in zip(rec_idx[:2], ({"ref_kind": "parallel"}, {})):
+        d = json.loads(lines[k])
+        d.pop("ref_kind")
+        d.update(legacy, ref_s=5.5e-5)  # the first kernel: 0.055 ms where the new one takes 0.045
+        lines[k] = json.dumps(d)
+    log.write_text("\n".join(lines) + "\n")
+    recs = load_records(str(log))
+    assert [r.ref_kind for r in recs] == [LEGACY_PARALLEL, LEGACY_PARALLEL, PARALLEL, PARALLEL]
+    m = local_machine().id
+    index = SpeedIndex.from_records(recs)
+    assert index.baselines == {f"{m}/{LEGACY_PARALLEL}": pytest.approx(5.5e-5),
+                               f"{m}/{PARALLEL}": pytest.approx(4.5e-5)}
+    assert [index.cost(r) for r in recs] == pytest.approx([2.0e-3, 3.0e-3, 1.5e-3, 2.5e-3])
+    assert best_record(str(log), task).steps == STEPS[2]
+    with pytest.raises(ValueError, match="ref_kind is one of parallel2, serial2, parallel, serial"):
+        _speed_index({"ref_s": 1e-4, "ref_kind": "parallel3"})
 
 
 def _synthetic_log(path: Path, task: tuning.SearchTask, true_costs: list[float], ref: float = 1e-4) -> None:
