@@ -130,7 +130,6 @@ def _reference_kernel() -> tuple[dict[str, Any], list[Any]]:
         t = te.reduce_axis((0, REFERENCE_SWEEPS), name="t")
         r = te.reduce_axis((0, k), name="r")
         C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=[t, r]), name="C")
-        s = te.create_schedule(C.op)
         funcs = {}
         for kind in KINDS:
             s = te.create_schedule(C.op)
