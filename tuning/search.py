@@ -7,9 +7,9 @@ shifted between levels, another unroll budget, parallel depth, vector width or c
 location) or crossover (per stage, all knobs from one parent). Every unmeasured candidate seen
 on the way competes for the batch; the model's best fill it, except three reserved shares:
 the model's best among the fresh random samples (exploration the model still steers), the
-best of every sketch the model ranked out, and an epsilon-greedy share of random candidates
-that keeps the model honest about regions it has never seen. All randomness comes from one
-``numpy.random.Generator``.
+best of every sketch never timed yet (up to half a batch) and of every sketch the model ranked
+out, and an epsilon-greedy share of random candidates that keeps the model honest about
+regions it has never seen. All randomness comes from one ``numpy.random.Generator``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ def estimate(timings: Sequence[float]) -> float:
     the mean of all but the first -- the timing that made it a best is the luckiest of many
     (`tuning.records.aggregate` reads a log by the same rule)."""
     return float(timings[0]) if len(timings) == 1 else float(np.mean(timings[1:]))
+
+
+SKETCH_TRIES = 2  # failed first timings after which a sketch no longer claims a slot as unseen
 
 
 @dataclass(frozen=True)
@@ -66,12 +69,15 @@ class EvolutionarySearch:
         self._timings: dict[str, list[float]] = {}
         # steps key of a best -> knob -> its one-knob mutants proposed (`_local`)
         self._moved: dict[str, dict[str, int]] = {}
+        # sketch -> (measurements, valid ones): which sketches still await a first timing
+        self._sketch_runs: dict[int, tuple[int, int]] = {}
 
     def update(self, candidates: Sequence[Candidate], results: Sequence[MeasureResult]) -> None:
         """Remember measurements (never propose them again; the fastest seed populations)."""
         for c, r in zip(candidates, results):
             self.pending.discard(c.key)
             cost = r.mean if r.valid else float("inf")
+            self._count_sketch(c.sketch, r.valid)
             self.measured[c.key] = cost
             self._timings[c.key] = [cost]
             if r.valid:
@@ -83,6 +89,8 @@ class EvolutionarySearch:
         """A measurement from a log (resume); ``candidate`` when it could be re-created."""
         self.measured[key] = cost
         self._timings[key] = [cost]
+        if candidate is not None:
+            self._count_sketch(candidate.sketch, bool(np.isfinite(cost)))
         if candidate is not None and np.isfinite(cost):
             self._elite_pool[key] = (cost, candidate)
 
@@ -121,6 +129,28 @@ class EvolutionarySearch:
         """
         if candidate.key not in self._elite_pool and np.isfinite(cost):
             self._elite_pool[candidate.key] = (cost, candidate)
+
+    def _count_sketch(self, sketch: int, valid: bool) -> None:
+        runs, ok = self._sketch_runs.get(sketch, (0, 0))
+        self._sketch_runs[sketch] = (runs + 1, ok + int(valid))
+
+    def unseen_sketches(self) -> list[int]:
+        """Sketches without a valid timing yet, each given up after ``SKETCH_TRIES`` failed
+        ones (a sketch whose every candidate fails must not hold slots for ever)."""
+        return [k for k in range(len(self.space.sketches))
+                if self._sketch_runs.get(k, (0, 0))[1] == 0
+                and self._sketch_runs.get(k, (0, 0))[0] < SKETCH_TRIES]
+
+    def _of_sketch(self, sketch: int, tries: int = 16) -> Candidate | None:
+        """The model's pick of a few fresh samples of ``sketch`` (for a sketch that has none
+        in the pool)."""
+        cands = [c for c in (self.space.instantiate(sketch, {}, self.rng) for _ in range(tries))
+                 if c is not None and self._new(c.key)]
+        if not cands:
+            return None
+        scores = self._score(cands)
+        k = int(np.argmax(scores))
+        return cands[k] if np.isfinite(scores[k]) else None
 
     def _new(self, key: str) -> bool:
         """Neither measured nor in flight: a candidate worth proposing."""
@@ -216,7 +246,9 @@ class EvolutionarySearch:
             pop = children
         ranked_pool = sorted(pool.values(), key=lambda t: -t[0])
         n_rand = int(round(n * opt.eps_greedy))
-        n_div = min(len(self.space.sketches) - 1, int(n * opt.sketch_share))
+        unseen = self.unseen_sketches()
+        n_cover = min(len(unseen), max(n // 2, 1))
+        n_div = min(len(self.space.sketches) - 1, max(int(n * opt.sketch_share), n_cover))
         n_fresh = int(round(n * opt.fresh_share)) if self.model.trained else 0
         batch: dict[str, Candidate] = {}
         # the model's best fresh samples: exploration the model still guides. The evolved
@@ -241,6 +273,25 @@ class EvolutionarySearch:
         # bad annotations of them, and would never measure the good ones (softmax's fused
         # sketch held schedules the model never tried; docs/benchmark-notes.md).
         present = {c.sketch for c in batch.values()}
+        # first every sketch never timed (up to half a batch): the model's best candidate of
+        # each, whatever it thinks of the sketch. With 8 sketches and 2 voices per batch, a
+        # model that liked other sketches better left softmax's fused one untimed through all
+        # 24 trials the task scheduler gave it in a BERT run and ended at 0.60x PyTorch; a run
+        # that timed it in its seventh trial reached 1.31x (docs/benchmark-notes.md)
+        best_of: dict[int, Candidate] = {}
+        for _, c in ranked_pool:
+            best_of.setdefault(c.sketch, c)
+        covered = 0
+        for k in (unseen[int(i)] for i in self.rng.permutation(len(unseen))):
+            if covered >= n_cover or len(batch) >= n - n_rand:
+                break
+            if k in present:
+                continue
+            pick = best_of.get(k) or self._of_sketch(k)
+            if pick is not None and pick.key not in batch:
+                batch[pick.key] = pick
+                present.add(k)
+                covered += 1
         for _, c in ranked_pool:
             if len(batch) >= n - n_rand:
                 break
