@@ -276,8 +276,8 @@ class EvolutionarySearch:
         # first every sketch never timed (up to half a batch): the model's best candidate of
         # each, whatever it thinks of the sketch. With 8 sketches and 2 voices per batch, a
         # model that liked other sketches better left softmax's fused one untimed through all
-        # 24 trials the task scheduler gave it in a BERT run and ended at 0.60x PyTorch; a run
-        # that timed it in its seventh trial reached 1.31x (docs/benchmark-notes.md)
+        # 16 trials the task scheduler gave it in a BERT run, which ended at 0.60x PyTorch;
+        # timed early, it reached 1.27-1.31x in three seeds (docs/benchmark-notes.md)
         best_of: dict[int, Candidate] = {}
         for _, c in ranked_pool:
             best_of.setdefault(c.sketch, c)
