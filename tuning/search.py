@@ -137,9 +137,8 @@ class EvolutionarySearch:
     def unseen_sketches(self) -> list[int]:
         """Sketches without a valid timing yet, each given up after ``SKETCH_TRIES`` failed
         ones (a sketch whose every candidate fails must not hold slots for ever)."""
-        return [k for k in range(len(self.space.sketches))
-                if self._sketch_runs.get(k, (0, 0))[1] == 0
-                and self._sketch_runs.get(k, (0, 0))[0] < SKETCH_TRIES]
+        runs = [self._sketch_runs.get(k, (0, 0)) for k in range(len(self.space.sketches))]
+        return [k for k, (tried, ok) in enumerate(runs) if ok == 0 and tried < SKETCH_TRIES]
 
     def _of_sketch(self, sketch: int, tries: int = 16) -> Candidate | None:
         """The model's pick of a few fresh samples of ``sketch`` (for a sketch that has none
