@@ -86,11 +86,13 @@ ULPS = {"float32": 2, "float64": 4}
 def _ulp_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Distance in units in the last place (via the ordered integer representation)."""
     it = np.int32 if a.dtype == np.float32 else np.int64
-    ia, ib = a.view(it).astype(np.float64), b.view(it).astype(np.float64)
-    top = float(np.iinfo(it).min)
+    # in Python integers: a float64 holds int64 bit patterns only to ~1024, so a 1-ulp
+    # difference of float64 values would read as 0 or 1024
+    ia, ib = a.view(it).astype(object), b.view(it).astype(object)
+    top = int(np.iinfo(it).min)
     ia = np.where(ia < 0, top - ia, ia)
     ib = np.where(ib < 0, top - ib, ib)
-    return np.abs(ia - ib)
+    return np.abs(ia - ib).astype(np.float64)
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, ulps: int, what: str) -> None:
