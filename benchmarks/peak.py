@@ -22,7 +22,7 @@ model, LLVM CPU name, core count and vector width; `measure` returns the cached 
 present. Benchmarks call ``measure(quick=True)``: any cached measurement, else a quick one
 (a few seconds).
 
-    python benchmarks/peak.py [--quick] [--fresh] [--json]
+    python benchmarks/peak.py [--quick] [--fresh] [--json] [--target "llvm -mcpu=znver3"]
 
     >>> import peak
     >>> p = peak.measure(quick=True)
@@ -177,18 +177,19 @@ def cache_key(cpu_name: str, llvm_cpu: str, ncores: int, vector_bits: int) -> st
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw).strip("_")
 
 
-def _host_key() -> tuple[str, str, int, int, str]:
+def _host_key(target: str = "llvm") -> tuple[str, str, int, int, str]:
+    """The machine and the code it runs: ``target`` names the code (``"llvm -mcpu=znver3"``
+    on an AVX-512 machine measures the peak of AVX2 code there)."""
     from tecomp.codegen.target import Target
 
-    t = Target.host()
-    feats = t.feature_set
+    t = Target.parse(target)
     bits = t.vector_bits
     if bits >= 512:
         isa = "AVX-512"
-    elif "avx2" in feats and "fma" in feats:
+    elif t.has_feature("avx2") and t.has_feature("fma"):  # the host's +features or its -mcpu's
         isa = "AVX2+FMA"
     elif bits >= 256:
-        isa = "AVX+FMA" if "fma" in feats else "AVX"
+        isa = "AVX+FMA" if t.has_feature("fma") else "AVX"
     else:
         isa = "SSE/NEON"
     return cpu_model_name(), t.cpu, cores(), bits, isa
@@ -235,14 +236,14 @@ def fma_schedule(vector_bits: int, chunks: int, parallel: bool, ro: int = 4096):
     return s, [A, B, C], 2.0 * chunks * mr * nr * ri_n * ro
 
 
-def fma_kernel(vector_bits: int, chunks: int, parallel: bool, ro: int = 4096):
-    """`fma_schedule` built for this CPU, with inputs: ``(f, (a, b, c), flops_per_call)``."""
+def fma_kernel(vector_bits: int, chunks: int, parallel: bool, ro: int = 4096, target: str = "llvm"):
+    """`fma_schedule` built for ``target`` (this CPU), with inputs: ``(f, (a, b, c), flops_per_call)``."""
     import numpy as np
 
     import tecomp as tc
 
     s, params, flops = fma_schedule(vector_bits, chunks, parallel, ro)
-    f = tc.build(s, params, target="llvm", name="fma_peak")
+    f = tc.build(s, params, target=target, name="fma_peak")
     rng = np.random.default_rng(0)
     # small values: ro * 64 accumulations stay finite and normal (no denormal slow paths)
     a, b, c = (np.zeros(tuple(int(d.value) for d in t.shape), np.float32) for t in params)
@@ -266,7 +267,7 @@ def cross_asm(target: str) -> str:
     return target_machine(tgt).emit_assembly(parse_and_optimize(str(cg.module), tgt))
 
 
-def stream_kernels(n: int, vector_bits: int):
+def stream_kernels(n: int, vector_bits: int, target: str = "llvm"):
     """Parallel vectorized copy ``y = x`` and triad ``a = b + 3 c`` over ``n`` floats (tecomp)."""
     import tecomp as tc
     from tecomp import te
@@ -283,7 +284,7 @@ def stream_kernels(n: int, vector_bits: int):
         o, i = s[res].split(s[res].op.axis[0], factor=block)
         s[res].parallel(o)
         s[res].vectorize(i)
-        out.append(tc.build(s, params, target="llvm", name=name))
+        out.append(tc.build(s, params, target=target, name=name))
     return out[0], out[1]
 
 
@@ -295,7 +296,7 @@ def _best_time(ev, args, rounds: int) -> float:
     return best
 
 
-def _measure_here(quick: bool) -> Peak:
+def _measure_here(quick: bool, target: str = "llvm") -> Peak:
     """Measure in this process (`measure` runs this in a fresh one with OMP_NUM_THREADS set)."""
     import numpy as np
 
@@ -303,12 +304,12 @@ def _measure_here(quick: bool) -> Peak:
 
     t_start = time.perf_counter()
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    cpu_name, llvm_cpu, ncores, bits, isa = _host_key()
+    cpu_name, llvm_cpu, ncores, bits, isa = _host_key(target)
     # many short repeats: a 2-20 ms call fits between a neighbour's time slices now and then
     rounds, repeat = (3, 10) if quick else (8, 25)
 
-    f_all, a_all, fl_all = fma_kernel(bits, ncores, parallel=True)
-    f_one, a_one, fl_one = fma_kernel(bits, 1, parallel=False)
+    f_all, a_all, fl_all = fma_kernel(bits, ncores, parallel=True, target=target)
+    f_one, a_one, fl_one = fma_kernel(bits, 1, parallel=False, target=target)
     f_all(*a_all)
     a, b, c = a_all
     ref = (a.T.astype(np.float64) @ b.astype(np.float64)) * 4096
@@ -318,7 +319,8 @@ def _measure_here(quick: bool) -> Peak:
     want = {512: "zmm", 256: "ymm"}.get(bits, "xmm")
     if widest is None:
         fma_asm = "no packed vfmadd in the assembly (the peak is of separate multiplies and adds)"
-        print(f"peak.py: warning: {fma_asm}; target features {Target.host().features[:80]}...", file=sys.stderr)
+        print(f"peak.py: warning: {fma_asm}; target features {Target.parse(target).features[:80]}...",
+              file=sys.stderr)
     else:
         fma_asm = f"{counts[widest]} vfmadd*ps on {widest} in the kernel"
         if widest != want:
@@ -341,7 +343,7 @@ def _measure_here(quick: bool) -> Peak:
     fma_all, fma_one = fl_all / t_all / 1e9, fl_one / t_one / 1e9
 
     n = (1 << 24) if quick else (1 << 25)  # 64 or 128 MiB per array: far beyond any L3 here
-    copy, triad = stream_kernels(n, bits)
+    copy, triad = stream_kernels(n, bits, target)
     x = np.ones(n, np.float32)
     y = np.zeros(n, np.float32)
     z = np.full(n, 2.0, np.float32)
@@ -372,16 +374,16 @@ def _measure_here(quick: bool) -> Peak:
 # the cache and the entry points
 
 
-def _host_key_cheap() -> str:
+def _host_key_cheap(target: str = "llvm") -> str:
     """The cache key without compiling anything (imports llvmlite for the host CPU name only)."""
-    cpu_name, llvm_cpu, ncores, bits, _ = _host_key()
+    cpu_name, llvm_cpu, ncores, bits, _ = _host_key(target)
     return cache_key(cpu_name, llvm_cpu, ncores, bits)
 
 
-def cached(quick: bool = True) -> Peak | None:
+def cached(quick: bool = True, target: str = "llvm") -> Peak | None:
     """The cached measurement of this machine, if any (a quick one only when ``quick``)."""
     try:
-        with open(cache_path(_host_key_cheap())) as fh:
+        with open(cache_path(_host_key_cheap(target))) as fh:
             d = json.load(fh)
         names = {f.name for f in dataclasses.fields(Peak)}
         p = Peak(**{k: v for k, v in d.items() if k in names})
@@ -392,11 +394,14 @@ def cached(quick: bool = True) -> Peak | None:
     return p
 
 
-def measure(quick: bool = False, fresh: bool = False, verbose: bool = True) -> Peak:
+def measure(quick: bool = False, fresh: bool = False, verbose: bool = True, target: str = "llvm") -> Peak:
     """This machine's peaks: cached when measured before (a full measurement also serves
-    ``quick``), else measured in a fresh interpreter on all cores and cached."""
+    ``quick``), else measured in a fresh interpreter on all cores and cached. ``target`` is
+    the code whose peak is wanted: the host's widest vectors by default; on an AVX-512
+    machine, ``"llvm -mcpu=znver3"`` gives the peak of 256-bit FMAs there (the same as
+    512-bit ones on Zen 4, half on Zen 5), which is what AVX2 code tuned there is a fraction of."""
     if not fresh:
-        p = cached(quick)
+        p = cached(quick, target)
         if p is not None:
             return p
     if verbose:
@@ -404,7 +409,8 @@ def measure(quick: bool = False, fresh: bool = False, verbose: bool = True) -> P
               f"cached in {CACHE_DIR} for later runs]", file=sys.stderr, flush=True)
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(cores())  # the machine's peak, whatever the caller restricts itself to
-    cmd = [sys.executable, os.path.abspath(__file__), "--_measure"] + (["--quick"] if quick else [])
+    cmd = ([sys.executable, os.path.abspath(__file__), "--_measure", "--target", target]
+           + (["--quick"] if quick else []))
     out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True)
     d = json.loads(out.stdout.strip().splitlines()[-1])
     p = Peak(**d)
@@ -424,13 +430,16 @@ def main() -> None:
     ap.add_argument("--cross", metavar="TARGET", action="append", default=[],
                     help="also compile (not run) the FMA kernel for TARGET, e.g. 'llvm -mcpu=znver5', and "
                          "count its FMAs by register width")
+    ap.add_argument("--target", default="llvm",
+                    help="the code to measure the peak of (default: this CPU's widest vectors), e.g. "
+                         "'llvm -mcpu=znver3' for 256-bit AVX2 code on an AVX-512 machine")
     ap.add_argument("--_measure", action="store_true", help=argparse.SUPPRESS)  # the worker process
     args = ap.parse_args()
     if args._measure:
-        print(json.dumps(dataclasses.asdict(_measure_here(args.quick))))
+        print(json.dumps(dataclasses.asdict(_measure_here(args.quick, args.target))))
         return
-    was_cached = not args.fresh and cached(args.quick) is not None
-    p = measure(quick=args.quick, fresh=args.fresh)
+    was_cached = not args.fresh and cached(args.quick, args.target) is not None
+    p = measure(quick=args.quick, fresh=args.fresh, target=args.target)
     if args.json:
         print(json.dumps(dataclasses.asdict(p)))
         return

@@ -8,6 +8,7 @@ interleaved with it.
     python benchmarks/suite.py --ops bert --trials 64               # a quick look at one net
     python benchmarks/suite.py --log suite.jsonl --trials 0         # re-time an existing log
     python benchmarks/suite.py --ops resnet50 --prepack              # constant weights packed once
+    python benchmarks/suite.py --target "llvm -mcpu=znver3"          # AVX2 code, e.g. on an AVX-512 machine
 
 Prints one row per operator: tecomp and PyTorch ms per call (best of interleaved rounds on
 the same arrays), the ratio (PyTorch time / tecomp time: above 1 is faster than PyTorch), and
@@ -324,6 +325,8 @@ def main() -> None:
     ap.add_argument("--log", default="suite.jsonl")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per operator")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", default="llvm",
+                    help="CPU target to tune for, e.g. 'llvm -mcpu=znver3' (AVX2 code) on an AVX-512 machine")
     ap.add_argument("--prepack", action="store_true",
                     help="tune the convolutions and dense layers as prepack tasks (ranked with their weights packed "
                          "outside the kernel, SearchTask(prepack=True)) and time them on packed weights")
@@ -332,7 +335,7 @@ def main() -> None:
                          "packed once beforehand (tuning.prepacked_best), whichever task tuned it")
     a = ap.parse_args()
     ops = [op for net in a.ops for op in NETS[net]]
-    tasks = [tuning.SearchTask(op.workload, op.args, target="llvm",
+    tasks = [tuning.SearchTask(op.workload, op.args, target=a.target,
                                prepack=a.prepack and op.workload in PREPACK_WORKLOADS) for op in ops]
     budget = 64 * len(tasks) if a.trials is None else a.trials
     try:
@@ -347,7 +350,7 @@ def main() -> None:
         # tune's budget for several tasks is trials x len(tasks)
         tuning.tune(tasks, trials=max(1, budget // len(tasks)), log=a.log, seed=a.seed,
                     weights=[op.weight for op in ops])
-    pk = measure_peak(quick=True, verbose=False)
+    pk = measure_peak(quick=True, verbose=False, target=a.target)
     print(f"\nmachine: {pk.cpu_name} ({pk.llvm_cpu}, {pk.isa}, {pk.cores} cores): FMA peak "
           f"{pk.fma_gflops:.1f} GFLOP/s, bandwidth {pk.bandwidth_gbs:.1f} GB/s; log {a.log}\n")
     index = SpeedIndex.from_records(iter_records(a.log)) if os.path.exists(a.log) else SpeedIndex()

@@ -42,6 +42,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=300)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", default="llvm",
+                    help="CPU target to tune for, e.g. 'llvm -mcpu=znver3' (AVX2 code) on an AVX-512 machine")
     ap.add_argument("--log", default=None, help="JSON-lines log (default: a fresh temporary file)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--cost-model", default="xgb", choices=["xgb", "random"],
@@ -49,8 +51,8 @@ def main() -> None:
     args = ap.parse_args()
     n = args.n
     log = args.log or os.path.join(tempfile.mkdtemp(prefix="tune-gemm-"), "gemm.jsonl")
-    pk = measure_peak(quick=True)  # before tuning: a fresh measurement must not compete with it
-    task = tuning.SearchTask(workloads.matmul, (n, n, n), target="llvm")
+    pk = measure_peak(quick=True, target=args.target)  # before tuning: a fresh measurement must not compete with it
+    task = tuning.SearchTask(workloads.matmul, (n, n, n), target=args.target)
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     res = tuning.tune([task], trials=args.trials, log=log, seed=args.seed, batch_size=args.batch,
@@ -58,7 +60,7 @@ def main() -> None:
     wall = time.perf_counter() - t0
 
     s, params = task.apply_best(log)
-    f = tc.build(s, params, target="llvm", name="gemm")
+    f = tc.build(s, params, target=args.target, name="gemm")
     rng = np.random.default_rng(0)
     # Big numpy arrays start 16 bytes past a page, and the tuner measures there
     # (tuning.measure.MEASURE_OFFSET): the headline is on arrays so placed, numpy on the same
@@ -85,7 +87,7 @@ def main() -> None:
     # timings on a shared machine are only as good as its idleness: say how busy it was
     print(f"\nload average (1 min) before tuning {load_before:.2f}, after timing {os.getloadavg()[0]:.2f} "
           f"on {os.cpu_count()} cores")
-    print(f"auto-tuned fp32 GEMM {n}x{n}x{n} ({args.cost_model} model): {res.new_trials} new trials "
+    print(f"auto-tuned fp32 GEMM {n}x{n}x{n} for {args.target!r} ({args.cost_model} model): {res.new_trials} new trials "
           f"({res.trials} in the log {log}), errors {bad or 'none'}")
     print(f"  numpy (OpenBLAS):  {g_np:8.1f} GFLOP/s  ({t_np * 1e3:.2f} ms)")
     print(f"  tecomp (tuned):    {g_tc:8.1f} GFLOP/s  ({t_tc * 1e3:.2f} ms)"
