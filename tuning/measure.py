@@ -45,7 +45,7 @@ from tecomp.codegen.backend import Artifact
 
 from .machine import Machine, cpu_machine_job
 from .protocols import Builder, Runner
-from .speed import kind_of, reference_job
+from .speed import SettledReference, kind_of, reference_job
 from .steps import Step, steps_key
 from .task import SearchTask
 
@@ -768,6 +768,8 @@ class LocalRunner:
         self.workdir = workdir or tempfile.mkdtemp(prefix="tecomp-run-")
         self.worker = _Worker(os.path.join(self.workdir, "runner.log"))
         self._machine: Machine | None = None
+        # one index per batch, timed again while the machine is in a short slow spell
+        self.settled = SettledReference(self._time_reference)
 
     @property
     def machine(self) -> Machine:
@@ -806,7 +808,8 @@ class LocalRunner:
         """Measure each built candidate; ``callback`` sees every result as soon as it exists
         (the tuner logs it there, so a kill loses nothing already measured)."""
         out: list[MeasureResult] = []
-        refs = self._reference() if any(b.artifact is not None for b in builds) else {}
+        kinds = {kind_of(inp.steps) for inp, b in zip(inputs, builds) if b.artifact is not None}
+        refs = self._reference(kinds) if kinds else {}
         for inp, b in zip(inputs, builds):
             res = self._run_one(inp, b)
             kind = kind_of(inp.steps)
@@ -817,13 +820,20 @@ class LocalRunner:
                 callback(inp, res)
         return out
 
-    def _reference(self) -> dict[str, tuple[float, float]]:
+    def _reference(self, kinds: set[str]) -> dict[str, tuple[float, float]]:
         """The machine-speed index now, by kind (`tuning.speed.reference_job` in the measuring
-        process), timed once per batch; empty when this runner has none or it failed (the
-        batch's results are then compared by their raw costs, and nothing else is lost)."""
+        process), once per batch, timed again while the ``kinds`` the batch needs are in a
+        short slow spell (`tuning.speed.SettledReference`); empty when this runner has none or
+        it failed (the batch's results are then compared by their raw costs, and nothing else
+        is lost)."""
         if self.reference_job is None:
             return {}
         self.machine  # noqa: B018 - started (and identified) before anything is timed
+        return self.settled.take(sorted(kinds))
+
+    def _time_reference(self) -> dict[str, tuple[float, float]]:
+        """One timing of the index in the measuring process (`_reference`'s attempts)."""
+        assert self.reference_job is not None
         self.worker.submit(self.reference_job, self.options)
         try:
             out = self.worker.receive(self.timeout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,8 @@ from tuning.speed import (
     PARALLEL,
     REFERENCE_SWEEPS,
     SERIAL,
+    UNSTEADY,
+    SettledReference,
     SpeedIndex,
     _reference_kernel,
     drift_factor,
@@ -277,3 +280,99 @@ def test_show_log_retime_prints_logged_normalised_and_fresh_times(tmp_path: Path
     assert "reference now ms" in lines[k]
     with pytest.raises(SystemExit):
         main(["show-log", str(log), "--retime", "0"])
+
+
+class _FakeMachine:
+    """A reference that answers from a script of times (seconds per kind), with a clock that
+    each measurement advances by ``step`` seconds."""
+
+    def __init__(self, script: list[dict[str, float]], step: float = 0.2) -> None:
+        self.script = list(script)
+        self.now = 0.0
+        self.step = step
+        self.slept: list[float] = []
+
+    def measure(self) -> dict[str, tuple[float, float]]:
+        self.now += self.step
+        t = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        return {k: (v, 1.05) for k, v in t.items()}
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+    def settled(self, **kw: float) -> SettledReference:
+        return SettledReference(self.measure, sleep=self.sleep, clock=lambda: self.now, **kw)  # type: ignore[arg-type]
+
+
+def test_an_index_taken_in_a_short_slow_spell_is_timed_again_until_it_passes() -> None:
+    usual = {PARALLEL: 1e-4, SERIAL: 2e-4}
+    spell = {PARALLEL: 1.6e-4, SERIAL: 2e-4}
+    m = _FakeMachine([usual] * 5 + [spell, spell, {PARALLEL: 1.03e-4, SERIAL: 2e-4}, usual])
+    ref = m.settled()
+    for _ in range(5):
+        assert ref.take()[PARALLEL][0] == 1e-4
+    assert ref.attempts == 5 and ref.settled == 0 and not m.slept
+    # the batch after them meets a spell of two timings: it waits it out, and its index is
+    # the machine's usual state, the one its candidates are then timed in
+    assert ref.take()[PARALLEL] == (1.03e-4, 1.05)
+    assert ref.attempts == 8 and ref.settled == 1 and len(m.slept) == 2
+    assert ref.typical(PARALLEL) == 1e-4
+    assert ref.take()[PARALLEL][0] == 1e-4 and ref.attempts == 9
+
+
+def test_a_machine_that_stays_slow_keeps_its_slow_index_and_soon_stops_waiting() -> None:
+    m = _FakeMachine([{PARALLEL: 1e-4}] * 3 + [{PARALLEL: 2e-4}])
+    ref = m.settled(settle_s=1.0, history=5)
+    for _ in range(3):
+        ref.take([PARALLEL])
+    t0 = m.now
+    assert ref.take([PARALLEL])[PARALLEL][0] == 2e-4  # the drift the index is for stands
+    assert m.now - t0 <= 1.0 + 0.2 + 0.05  # within the settling time (and one last timing)
+    waits = []
+    for _ in range(4):
+        n = ref.attempts
+        ref.take([PARALLEL])
+        waits.append(ref.attempts - n)
+    # once the slow index is the typical one (the median of the last 5), batches stop waiting
+    assert waits[-1] == 1 and waits[0] > 1
+    assert ref.typical(PARALLEL) == 2e-4
+
+
+def test_only_the_kinds_a_batch_needs_are_judged_and_an_unsteady_or_missing_one_is_slow() -> None:
+    usual = {PARALLEL: 1e-4, SERIAL: 2e-4}
+    m = _FakeMachine([usual] * 3 + [{PARALLEL: 1e-4, SERIAL: 5e-4}, usual])
+    ref = m.settled()
+    for _ in range(3):
+        ref.take()
+    assert ref.take([PARALLEL])[SERIAL][0] == 5e-4 and ref.settled == 0  # serial not asked for
+    assert ref.take([SERIAL])[SERIAL][0] == 2e-4 and ref.settled == 0
+    # a missing index (the measuring process timed out) and an unsteady one are waited on too
+    answers = iter([{}, {PARALLEL: (1e-4, UNSTEADY + 0.5)}, {PARALLEL: (1e-4, 1.01)}])
+    ref2 = SettledReference(lambda: next(answers), sleep=lambda s: None)
+    ref2.recent[PARALLEL] = deque([1e-4])
+    assert ref2.take([PARALLEL]) == {PARALLEL: (1e-4, 1.01)} and ref2.attempts == 3
+    assert list(ref2.recent[PARALLEL]) == [1e-4, 1e-4]  # the unsteady one is not remembered
+
+
+def test_the_local_runner_indexes_a_batch_by_its_settled_reference(
+        pools: tuple[tuning.LocalBuilder, LocalRunner]) -> None:
+    builder, runner = pools
+    task = tuning.SearchTask(wl.matmul, (16, 8, 16))
+    ins = [MeasureInput(task, STEPS[0]), MeasureInput(task, (AnnotationStep("C", 0, "parallel"),))]
+    n = runner.settled.attempts
+    results, _, _ = measure_batch(builder, runner, ins)
+    assert runner.settled.attempts > n  # the real reference, through the settling
+    kept = runner.settled
+    usual = {PARALLEL: 1e-4, SERIAL: 2e-4}
+    m = _FakeMachine([usual] * 3 + [{PARALLEL: 3e-4, SERIAL: 2e-4}, {PARALLEL: 1.02e-4, SERIAL: 2e-4}])
+    runner.settled = m.settled()
+    try:
+        for _ in range(3):
+            runner.settled.take()
+        results, _, _ = measure_batch(builder, runner, ins)
+    finally:
+        runner.settled = kept
+    assert [r.error for r in results] == [MeasureErrorNo.NO_ERROR] * 2
+    assert (results[0].ref_kind, results[0].ref_s) == (SERIAL, 2e-4)
+    assert (results[1].ref_kind, results[1].ref_s) == (PARALLEL, 1.02e-4)  # the spell waited out
