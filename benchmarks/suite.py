@@ -52,7 +52,7 @@ from tuning.machine import local_machine  # noqa: E402
 from tuning.measure import RunOptions, measure_empty  # noqa: E402
 from tuning.prepack import prepacked_steps  # noqa: E402
 from tuning.records import iter_records  # noqa: E402
-from tuning.speed import SpeedIndex, drift_factor, kind_of, reference_job  # noqa: E402
+from tuning.speed import SettledReference, SpeedIndex, drift_factor, kind_of, reference_job  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -248,6 +248,13 @@ def _kernel(task: tuning.SearchTask, rec: Any, ins: list[np.ndarray], prepacked:
     return mod["kernel"], [packed[id(a.op)] if id(a.op) in packed else plain[id(a.op)] for a in pp.args[:-1]]
 
 
+# the machine's speed now, as the tuner's runner takes it (`tuning.speed.SettledReference`): a
+# round that meets a short slow spell of the machine waits it out, so the fresh time and its
+# index come from the machine's usual state, as the log's claims now do. One per process: its
+# recent typical index spans the operators
+_NOW = SettledReference(lambda: reference_job(RunOptions()))
+
+
 def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, rounds: int, pk: Peak,
              have_torch: bool, prepacked: bool = False) -> dict[str, Any]:
     """Build the log's best schedule of ``task``, check it against PyTorch and time both,
@@ -291,7 +298,7 @@ def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, round
     kind = kind_of(rec.steps)
     refs: list[float] = []
     for _ in range(rounds):
-        refs.append(reference_job(RunOptions())[kind][0])
+        refs.append(_NOW.take([kind])[kind][0])
         ours.append(ev(*kins, out).mean)
         if ref_fn is not None:
             theirs.append(best_of(ref_fn, repeat=3, number=max(1, int(0.02 / max(ours[-1], 1e-7)))))
