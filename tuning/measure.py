@@ -45,7 +45,7 @@ from tecomp.codegen.backend import Artifact
 
 from .machine import Machine, cpu_machine_job
 from .protocols import Builder, Runner
-from .speed import SettledReference, kind_of, reference_job
+from .speed import SETTLE_SHARE, SettledReference, kind_of, reference_job
 from .steps import Step, steps_key
 from .task import SearchTask
 
@@ -770,6 +770,7 @@ class LocalRunner:
         self._machine: Machine | None = None
         # one index per batch, timed again while the machine is in a short slow spell
         self.settled = SettledReference(self._time_reference)
+        self._last_batch_s = 0.0  # the previous batch's measuring time: what settling may cost
 
     @property
     def machine(self) -> Machine:
@@ -810,6 +811,7 @@ class LocalRunner:
         out: list[MeasureResult] = []
         kinds = {kind_of(inp.steps) for inp, b in zip(inputs, builds) if b.artifact is not None}
         refs = self._reference(kinds) if kinds else {}
+        t0 = time.perf_counter()
         for inp, b in zip(inputs, builds):
             res = self._run_one(inp, b)
             kind = kind_of(inp.steps)
@@ -818,18 +820,21 @@ class LocalRunner:
             out.append(res)
             if callback is not None:
                 callback(inp, res)
+        if kinds:
+            self._last_batch_s = time.perf_counter() - t0
         return out
 
     def _reference(self, kinds: set[str]) -> dict[str, tuple[float, float]]:
         """The machine-speed index now, by kind (`tuning.speed.reference_job` in the measuring
         process), once per batch, timed again while the ``kinds`` the batch needs are in a
-        short slow spell (`tuning.speed.SettledReference`); empty when this runner has none or
+        short slow spell (`tuning.speed.SettledReference`, for at most `SETTLE_SHARE` of the
+        previous batch's measuring time); empty when this runner has none or
         it failed (the batch's results are then compared by their raw costs, and nothing else
         is lost)."""
         if self.reference_job is None:
             return {}
         self.machine  # noqa: B018 - started (and identified) before anything is timed
-        return self.settled.take(sorted(kinds))
+        return self.settled.take(sorted(kinds), budget_s=SETTLE_SHARE * self._last_batch_s)
 
     def _time_reference(self) -> dict[str, tuple[float, float]]:
         """One timing of the index in the measuring process (`_reference`'s attempts)."""

@@ -6,7 +6,10 @@ threads wait for a core another tenant holds). A candidate's cost alone cannot t
 schedule from a slow moment, so the measuring process also times a *reference kernel* -- a
 small fp32 matmul with a fixed schedule, of the order of the candidates' run time -- once per
 batch, the way it times candidates (`reference_job`), and every result carries that time as
-``ref_s`` (`tuning.measure.MeasureResult`, `tuning.records.Record`).
+``ref_s`` (`tuning.measure.MeasureResult`, `tuning.records.Record`). A batch whose index
+spikes above what the runner has seen lately waits for the spike to pass and times it again
+(`SettledReference`): a spell of a fraction of a second slows candidates by factors of their
+own, so an index taken in it would mislead more than it corrects.
 
 The reference comes in two kinds, and a candidate carries the one of its own kind
 (``ref_kind``, `kind_of`): the kernel with its rows in parallel for candidates with a parallel
@@ -198,6 +201,10 @@ SETTLE_RATIO = NOISE_BAND
 SETTLE_S = 1.0
 SETTLE_PAUSE_S = 0.05  # between attempts: long enough for a neighbour's burst to pass
 SETTLE_HISTORY = 15
+# and at most this share of the previous batch's measuring time: a tuning batch on a 2-core VM
+# takes 10-20 s, where a second of waiting costs little, while the small batches of a test or a
+# cheap task would double
+SETTLE_SHARE = 0.1
 
 
 class SettledReference:
@@ -216,7 +223,8 @@ class SettledReference:
     after `SETTLE_PAUSE_S`, for up to `SETTLE_S`, and the batch's candidates follow the last
     attempt, in the machine's usual state. A machine that stays slow (the drift the index is
     for) keeps its slow index: after `SETTLE_S` the last attempt stands, and after a few such
-    batches it is the typical one. Only the kinds ``take`` is asked for are judged.
+    batches it is the typical one. Only the kinds ``take`` is asked for are judged. A runner
+    waits at most `SETTLE_SHARE` of its previous batch's measuring time.
     """
 
     def __init__(self, measure: Callable[[], dict[str, tuple[float, float]]], settle_s: float = SETTLE_S,
@@ -247,16 +255,18 @@ class SettledReference:
                 return True
         return False
 
-    def take(self, kinds: Iterable[str] = KINDS) -> dict[str, tuple[float, float]]:
+    def take(self, kinds: Iterable[str] = KINDS, budget_s: float | None = None) -> dict[str, tuple[float, float]]:
         """The index for the batch about to be measured, by kind (as ``measure`` gives it;
-        empty when it failed)."""
+        empty when it failed), waiting at most ``budget_s`` (and ``settle_s``) for a slow
+        spell to pass."""
         kinds = tuple(kinds)
+        settle_s = self.settle_s if budget_s is None else min(self.settle_s, budget_s)
         t0 = self._clock()
         refs = self.measure()
         self.attempts += 1
         if self._slow(refs, kinds):
             self.settled += 1
-            while self._clock() - t0 < self.settle_s:
+            while self._clock() - t0 < settle_s:
                 self._sleep(self.pause_s)
                 refs = self.measure()
                 self.attempts += 1
@@ -501,5 +511,5 @@ def retime(log: str, n: int, rounds: int = 7, opts: RunOptions | None = None,
 
 __all__ = ["KINDS", "LEGACY_PARALLEL", "LEGACY_SERIAL", "MAX_DRIFT", "NOISE_BAND", "PARALLEL",
            "RECORD_KINDS", "REFERENCE_REPEAT", "REFERENCE_SHAPE", "REFERENCE_SWEEPS", "SERIAL",
-           "SETTLE_RATIO", "SETTLE_S", "UNSTEADY", "Retimed", "SettledReference", "SpeedIndex", "combined_ref",
-           "drift_factor", "kind_of", "reference_job", "retime", "retime_job"]
+           "SETTLE_RATIO", "SETTLE_S", "SETTLE_SHARE", "UNSTEADY", "Retimed", "SettledReference", "SpeedIndex",
+           "combined_ref", "drift_factor", "kind_of", "reference_job", "retime", "retime_job"]

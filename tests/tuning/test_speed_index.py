@@ -321,6 +321,18 @@ def test_an_index_taken_in_a_short_slow_spell_is_timed_again_until_it_passes() -
     assert ref.take()[PARALLEL][0] == 1e-4 and ref.attempts == 9
 
 
+def test_a_budget_bounds_the_wait() -> None:
+    m = _FakeMachine([{PARALLEL: 1e-4}] * 3 + [{PARALLEL: 2e-4}])
+    ref = m.settled(settle_s=1.0)
+    for _ in range(3):
+        ref.take()
+    n = ref.attempts
+    assert ref.take(budget_s=0.0)[PARALLEL][0] == 2e-4 and ref.attempts == n + 1 and not m.slept
+    n = ref.attempts
+    ref.take(budget_s=0.5)
+    assert 1 < ref.attempts - n <= 3
+
+
 def test_a_machine_that_stays_slow_keeps_its_slow_index_and_soon_stops_waiting() -> None:
     m = _FakeMachine([{PARALLEL: 1e-4}] * 3 + [{PARALLEL: 2e-4}])
     ref = m.settled(settle_s=1.0, history=5)
@@ -363,16 +375,25 @@ def test_the_local_runner_indexes_a_batch_by_its_settled_reference(
     n = runner.settled.attempts
     results, _, _ = measure_batch(builder, runner, ins)
     assert runner.settled.attempts > n  # the real reference, through the settling
+    # it waits at most SETTLE_SHARE of the previous batch's measuring time: these batches are
+    # short, so a spell is not waited out (a test's batches would otherwise take twice as long)
+    assert runner._last_batch_s < 1.0
     kept = runner.settled
     usual = {PARALLEL: 1e-4, SERIAL: 2e-4}
-    m = _FakeMachine([usual] * 3 + [{PARALLEL: 3e-4, SERIAL: 2e-4}, {PARALLEL: 1.02e-4, SERIAL: 2e-4}])
-    runner.settled = m.settled()
+    spell = [{PARALLEL: 3e-4, SERIAL: 2e-4}, {PARALLEL: 1.02e-4, SERIAL: 2e-4}]
+    got = []
     try:
-        for _ in range(3):
-            runner.settled.take()
-        results, _, _ = measure_batch(builder, runner, ins)
+        for last_batch_s in (runner._last_batch_s, 20.0):  # a short batch before, then a long one
+            m = _FakeMachine([usual] * 3 + spell)
+            runner.settled = m.settled()
+            for _ in range(3):
+                runner.settled.take()
+            runner._last_batch_s = last_batch_s
+            results, _, _ = measure_batch(builder, runner, ins)
+            assert [r.error for r in results] == [MeasureErrorNo.NO_ERROR] * 2
+            assert (results[0].ref_kind, results[0].ref_s) == (SERIAL, 2e-4)
+            got.append((results[1].ref_kind, results[1].ref_s))
     finally:
         runner.settled = kept
-    assert [r.error for r in results] == [MeasureErrorNo.NO_ERROR] * 2
-    assert (results[0].ref_kind, results[0].ref_s) == (SERIAL, 2e-4)
-    assert (results[1].ref_kind, results[1].ref_s) == (PARALLEL, 1.02e-4)  # the spell waited out
+    assert got == [(PARALLEL, 3e-4), (PARALLEL, 1.02e-4)]  # the spell waited out after the long batch
+    assert 0 < runner._last_batch_s < 20.0  # and the runner notes each batch's time
