@@ -6,7 +6,8 @@ node, so two measurements never share cores; for ``cuda``: one per GPU). An acto
 long-lived process, like `LocalRunner`'s worker: it computes a task's reference outputs once
 and keeps them, and it runs the same job functions (``prepare_job``/``run_job``/
 ``machine_job``/``reference_job`` of the local runner class for the target: the last times
-the machine-speed index of `tuning.speed` once per batch), so a record measured on the
+the machine-speed index of `tuning.speed` once per batch, settled out of the node's short slow
+spells as the local runner's is, `tuning.speed.SettledReference`), so a record measured on the
 cluster means what a local one means. The runner's ``capacity`` is its number of actors: the
 tuner keeps that many batches in flight, one per actor.
 
@@ -43,7 +44,7 @@ from tecomp.codegen.target import Target
 
 from .machine import Machine, local_machine
 from .measure import BuildResult, LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, RunOptions, valid_refs
-from .speed import kind_of
+from .speed import SETTLE_SHARE, SettledReference, kind_of
 from .task import TuningError
 
 INSTALL_HINT = "pip install 'tecomp[distributed]' (or pip install ray)"
@@ -161,6 +162,10 @@ class _Slot:
     handle: Any
     machine: Machine
     prepared: set[str] = field(default_factory=set)
+    # the node's index, timed again while it is in a short slow spell (as `LocalRunner`'s):
+    # kept across restarts of the actor, since the node and so its typical speed are the same
+    settled: SettledReference | None = None
+    last_batch_s: float = 0.0  # its previous batch's measuring time: what settling may cost
 
 
 class RayRunner:
@@ -333,9 +338,11 @@ class RayRunner:
         """Measure the batch on one free actor that fits its code; ``callback`` sees each
         result as soon as it exists."""
         target = next((b.artifact.target for b in builds if b.artifact is not None), None)
+        kinds = sorted({kind_of(inp.steps) for inp, b in zip(inputs, builds) if b.artifact is not None})
         out: list[MeasureResult] = []
         slot: _Slot | None = None
         refs: dict[int, dict[str, tuple[float, float]]] = {}  # the speed index of each actor, once per batch
+        started: dict[int, float] = {}  # when each actor's share of the batch began, after its index
         try:
             for inp, b in zip(inputs, builds, strict=True):
                 if b.error != MeasureErrorNo.NO_ERROR or b.artifact is None:
@@ -344,7 +351,9 @@ class RayRunner:
                     res, slot = self._measure(inp, b, target, slot)
                     if slot is not None and res.machine is slot.machine:
                         if id(slot) not in refs:
-                            refs[id(slot)] = self._reference(slot)
+                            # after the batch's first candidate: only then is its actor known
+                            refs[id(slot)] = self._reference(slot, kinds)
+                            started[id(slot)] = time.perf_counter()
                         kind = kind_of(inp.steps)
                         if kind in refs[id(slot)]:
                             ref, spread = refs[id(slot)][kind]
@@ -353,6 +362,10 @@ class RayRunner:
                 if callback is not None:
                     callback(inp, res)
         finally:
+            now = time.perf_counter()
+            for s in self._slots:
+                if id(s) in started:
+                    s.last_batch_s = now - started[id(s)]
             if slot is not None and slot in self._slots:
                 self._free.put(slot)
         return out
@@ -405,11 +418,20 @@ class RayRunner:
         raise ClusterLost(f"RayRunner: {inp.task.name}: every measuring node left while measuring "
                           f"a candidate ({self.max_retries + 1} tries)")
 
-    def _reference(self, slot: _Slot) -> dict[str, tuple[float, float]]:
-        """The machine-speed index on ``slot``'s node now, by kind; empty when there is none
-        or it failed (its results are then compared by raw cost; no candidate is at fault)."""
+    def _reference(self, slot: _Slot, kinds: Sequence[str]) -> dict[str, tuple[float, float]]:
+        """The machine-speed index on ``slot``'s node now, by kind, timed again while the
+        ``kinds`` the batch needs are in a short slow spell of that node
+        (`tuning.speed.SettledReference`, for at most `SETTLE_SHARE` of the actor's previous
+        batch); empty when there is none or it failed (its results are then compared by raw
+        cost; no candidate is at fault)."""
         if self._jobs[3] is None:
             return {}
+        if slot.settled is None:
+            slot.settled = SettledReference(lambda: self._time_reference(slot))
+        return slot.settled.take(kinds, budget_s=SETTLE_SHARE * slot.last_batch_s)
+
+    def _time_reference(self, slot: _Slot) -> dict[str, tuple[float, float]]:
+        """One timing of the index by ``slot``'s actor (`_reference`'s attempts)."""
         try:
             out = self._ray.get(slot.handle.reference.remote(self.options), timeout=self.timeout)
         except Exception:  # noqa: BLE001 - any failure only loses the index

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from tecomp.codegen.target import Target
 from tuning.machine import Machine, local_machine
 from tuning.measure import LocalBuilder, MeasureErrorNo, MeasureInput, measure_batch
 from tuning.records import load_records
+from tuning.speed import PARALLEL, SERIAL, SettledReference
 from tuning.steps import AnnotationStep, SplitStep
 
 ray = pytest.importorskip("ray", reason="Ray is the [distributed] extra")
@@ -69,6 +71,35 @@ def test_runner_measures_on_the_cluster_and_says_where(cluster: RayRunner, build
     assert "max abs error 0.5" in results[3].error_msg
     assert results[0].valid and results[5].valid and seen == results
     assert all(r.machine == m for r in results if r.error != MeasureErrorNo.SCHEDULE_ERROR)
+
+
+def test_each_node_indexes_a_batch_by_its_settled_reference(cluster: RayRunner,
+                                                            builder: LocalBuilder) -> None:
+    """An actor's index is timed again while its node is in a short slow spell, as the local
+    runner's is, within a tenth of that actor's previous batch."""
+    task = tuning.SearchTask(wl.matmul, (16, 8, 16))
+    ins = [MeasureInput(task, ()), MeasureInput(task, (AnnotationStep("C", 0, "parallel"),))]
+    results, _, _ = measure_batch(builder, cluster, ins)
+    (slot,) = cluster._slots
+    assert slot.settled is not None and slot.settled.attempts >= 1  # the real reference
+    assert 0 < slot.last_batch_s < 5.0
+    assert [r.error for r in results] == [MeasureErrorNo.NO_ERROR] * 2
+    kept = slot.settled
+    got = []
+    try:
+        for last_batch_s in (0.0, 20.0):  # no time to wait after a short batch; after a long one
+            script = [{PARALLEL: (3e-4, 1.01), SERIAL: (2e-4, 1.01)},
+                      {PARALLEL: (1.02e-4, 1.01), SERIAL: (2e-4, 1.01)}]
+            slot.settled = SettledReference(lambda s=script: s.pop(0) if len(s) > 1 else s[0],  # type: ignore[misc]
+                                            sleep=lambda _: None)
+            slot.settled.recent[PARALLEL] = deque([1e-4] * 3)  # the node's usual index
+            slot.last_batch_s = last_batch_s
+            results, _, _ = measure_batch(builder, cluster, ins)
+            assert [r.error for r in results] == [MeasureErrorNo.NO_ERROR] * 2
+            got.append(results[1].ref_s)
+    finally:
+        slot.settled = kept
+    assert got == [3e-4, 1.02e-4]
 
 
 def test_tune_through_ray_writes_local_records_and_resumes(tmp_path: Path, cluster: RayRunner,
