@@ -124,6 +124,57 @@ class Peak:
         return cache_key(self.cpu_name, self.llvm_cpu, self.cores, self.vector_bits)
 
 
+class PeakBeside:
+    """The all-core FMA peak timed *beside* a benchmark, in each of its rounds, so that the
+    fraction of the peak a kernel reaches is of the machine's speed in the same minutes.
+
+    Why. The cached peak (`measure`) is of another moment, and on the shared 2-core VMs the
+    peak itself moves: one Zen 3 VM measured 157.3 GFLOP/s at 05:56 and 197.3 at 07:58, and a
+    benchmark there printed a dense layer at "115% of the FMA peak" against a cache taken in a
+    slow hour. A ratio to numpy is immune to that because both are timed in the same rounds;
+    this makes the fraction of the peak so too. Each `sample` is the best of ``repeat`` calls
+    of the same kernel as `measure` (about 0.5 ms each on 2 cores), with ``threads`` chunks in
+    a parallel loop; `gflops` is the best sample, as a benchmark's own time is its best round.
+
+        >>> beside = PeakBeside()
+        >>> for _ in range(rounds):
+        ...     beside.sample(); t = min(t, time_the_kernel())
+        >>> fraction = flops / t / 1e9 / beside.gflops
+    """
+
+    def __init__(self, target: str = "llvm", threads: int | None = None, repeat: int = 10) -> None:
+        from tecomp.codegen.target import Target
+
+        if Target.parse(target).kind != "llvm":
+            raise ValueError(f"PeakBeside: the FMA peak is of this CPU; target {target!r} is not a CPU target")
+        _, _, ncores, bits, _ = _host_key(target)
+        self.threads = threads_used() if threads is None else threads
+        self.f, self.args, self.flops = fma_kernel(bits, max(1, min(self.threads, ncores)),
+                                                   parallel=True, ro=2048, target=target)
+        self.f(*self.args)
+        self.repeat = repeat
+        self.samples: list[float] = []  # GFLOP/s of each sample, in order
+
+    def sample(self) -> float:
+        """The peak now (GFLOP/s, best of ``repeat`` calls); kept in ``samples``."""
+        t = self.f.time_evaluator(number=1, repeat=self.repeat)(*self.args).min
+        self.samples.append(self.flops / t / 1e9)
+        return self.samples[-1]
+
+    @property
+    def gflops(self) -> float:
+        """The best sample so far (a first one is taken when there is none)."""
+        return max(self.samples) if self.samples else self.sample()
+
+    def restart(self) -> None:
+        """Forget the samples: another benchmark's rounds begin."""
+        self.samples = []
+
+    def note(self, gflops: float) -> str:
+        """``'91.2% of FMA peak (160.3 GFLOP/s beside)'``: the column the benchmarks print."""
+        return f"{gflops / self.gflops:.1%} of FMA peak ({self.gflops:.1f} GFLOP/s beside)"
+
+
 # ---------------------------------------------------------------------------------------------
 # what the benchmarks need besides the peak
 

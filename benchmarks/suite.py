@@ -15,7 +15,8 @@ the same arrays), the ratio (PyTorch time / tecomp time: above 1 is faster than 
 ``log/now`` (the log's best cost over the time now, both normalised by the machine-speed
 index: 1.00x when the log's claim holds; run with --trials 0 for a fresh process), and the
 speed as a fraction of this machine's peak (benchmarks/peak.py: GFLOP/s of the fp32 FMA
-peak for compute-bound operators, GB/s of the streaming bandwidth for memory-bound ones);
+peak, its kernel timed beside the operator in the same rounds, for compute-bound operators;
+GB/s of the cached streaming bandwidth for memory-bound ones);
 then the geometric mean of the ratios and the end-to-end latency of each network weighted by
 how often each operator occurs in it. The log resumes: run the same command again to go on.
 ``--prepack`` tunes the convolutions and dense layers as prepack tasks (their constant weight
@@ -41,7 +42,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from peak import Peak  # noqa: E402
+from peak import Peak, PeakBeside  # noqa: E402
 from peak import measure as measure_peak  # noqa: E402
 from timing import best_of  # noqa: E402
 
@@ -256,12 +257,13 @@ _NOW = SettledReference(lambda: reference_job(RunOptions()))
 
 
 def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, rounds: int, pk: Peak,
-             have_torch: bool, prepacked: bool = False) -> dict[str, Any]:
+             have_torch: bool, prepacked: bool = False, beside: PeakBeside | None = None) -> dict[str, Any]:
     """Build the log's best schedule of ``task``, check it against PyTorch and time both,
     interleaved, on the same numpy arrays (placed as the tuner places its own); and compare
     the log's claim with the time now, both normalised by the machine-speed index
     (``log/now``). ``prepacked`` (always for a prepack task): the kernel on its weights packed
-    once beforehand (`_kernel`)."""
+    once beforehand (`_kernel`). ``beside``: the FMA peak timed in the same rounds, which a
+    compute-bound operator's fraction of the peak is then of (else of the cached ``pk``)."""
     row: dict[str, Any] = {"op": op, "task": task}
     try:
         rec = tuning.best_record(log, task)
@@ -297,8 +299,13 @@ def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, round
     # kernel in every round: the fresh time normalised by it is comparable with the log's claim
     kind = kind_of(rec.steps)
     refs: list[float] = []
+    beside = beside if op.bound != "memory" else None
+    if beside is not None:
+        beside.restart()
     for _ in range(rounds):
         refs.append(_NOW.take([kind])[kind][0])
+        if beside is not None:
+            beside.sample()
         ours.append(ev(*kins, out).mean)
         if ref_fn is not None:
             theirs.append(best_of(ref_fn, repeat=3, number=max(1, int(0.02 / max(ours[-1], 1e-7)))))
@@ -319,7 +326,7 @@ def evaluate(op: Op, task: tuning.SearchTask, log: str, index: SpeedIndex, round
         row["peak"] = f"{gbs:.1f} GB/s, {pk.memory_note(gbs)}"
     else:
         gflops = task.flop_ct / secs / 1e9
-        row["peak"] = f"{gflops:.1f} GFLOP/s, {pk.compute_note(gflops)}"
+        row["peak"] = f"{gflops:.1f} GFLOP/s, {beside.note(gflops) if beside else pk.compute_note(gflops)}"
     return row
 
 
@@ -361,7 +368,11 @@ def main() -> None:
     print(f"\nmachine: {pk.cpu_name} ({pk.llvm_cpu}, {pk.isa}, {pk.cores} cores): FMA peak "
           f"{pk.fma_gflops:.1f} GFLOP/s, bandwidth {pk.bandwidth_gbs:.1f} GB/s; log {a.log}\n")
     index = SpeedIndex.from_records(iter_records(a.log)) if os.path.exists(a.log) else SpeedIndex()
-    rows = [evaluate(op, t, a.log, index, a.rounds, pk, have_torch, a.time_prepacked) for op, t in zip(ops, tasks)]
+    # a compute-bound operator's fraction is of the FMA peak timed beside it in its own rounds:
+    # the cached one above is of another moment, and a shared VM's peak moves by a quarter
+    beside = PeakBeside(a.target)
+    rows = [evaluate(op, t, a.log, index, a.rounds, pk, have_torch, a.time_prepacked, beside)
+            for op, t in zip(ops, tasks)]
     print(f"{'net':15s} {'operator':28s} {'x':>3s} {'tecomp ms':>10s} {'torch ms':>9s} {'ratio':>6s} "
           f"{'log/now':>8s}  peak")
     for r in rows:
