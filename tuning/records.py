@@ -538,9 +538,13 @@ def aggregate(records: Sequence[Record], index: SpeedIndex | None = None) -> lis
     timings is the luckiest, and keeping it in the mean kept about half that luck in the
     estimate (docs/design.md, "Honest numbers"). That *selection timing* stays in the log,
     unused (`selection_split`); the rule needs no marker, so logs of every version read alike.
-    Its ``ref_s`` is then the index of the timings used (`tuning.speed.combined_ref` under
-    ``index``, by default the index of ``records``), so ``index.cost`` of it is the mean of
-    those timings each normalised by its own measurement's index."""
+    Of the re-timings, the estimate is their median by normalised cost (`middle_timings`: the
+    middle one, or the two middle ones, whose costs the record then holds), as
+    `tuning.search.estimate` judges them while tuning: on a shared VM one re-timing in a
+    neighbour's burst ran 4-7x slow and made a mean of four a 1.8x claim. Its ``ref_s`` is
+    then the index of the timings used (`tuning.speed.combined_ref` under ``index``, by default
+    the index of ``records``), so ``index.cost`` of it is the mean of those timings each
+    normalised by its own measurement's index."""
     index = index or SpeedIndex.from_records(records)
     by_key: dict[str, list[Record]] = {}
     for r in records:
@@ -550,16 +554,29 @@ def aggregate(records: Sequence[Record], index: SpeedIndex | None = None) -> lis
     for recs in by_key.values():
         _, used = selection_split(recs)
         last = max(recs, key=lambda r: r.timestamp)
+        mid = middle_timings(used, index)
         out.append(used[0] if len(used) == 1 else
-                   dataclasses.replace(last, costs=tuple(c for r in used for c in r.costs),
-                                       ref_s=combined_ref(used, index), ref_spread=None))
+                   dataclasses.replace(last, costs=tuple(c for r in mid for c in r.costs),
+                                       ref_s=combined_ref(mid, index), ref_spread=None))
     return out
+
+
+def middle_timings(used: Sequence[Record], index: SpeedIndex) -> list[Record]:
+    """The timings a candidate's estimate rests on, of those ``used`` (`selection_split`): all
+    of one or two, else the middle one (an odd count) or two (even) by normalised cost, in
+    time order -- the median, which a timing taken in a burst of the machine does not move."""
+    if len(used) <= 2:
+        return list(used)
+    order = sorted(used, key=lambda r: (index.cost(r), r.timestamp))
+    n = len(order)
+    mid = order[(n - 1) // 2: n // 2 + 1]
+    return sorted(mid, key=lambda r: r.timestamp)
 
 
 def selection_split(records: Sequence[Record]) -> tuple[Record | None, list[Record]]:
     """The valid timings of one candidate split into its selection timing (the earliest, by
-    timestamp and then log order; None when it was timed once) and those its estimate rests
-    on (`aggregate`), in time order."""
+    timestamp and then log order; None when it was timed once) and the others, in time order,
+    whose median its estimate is (`aggregate`, `middle_timings`)."""
     valid = sorted((r for r in records if r.valid), key=lambda r: r.timestamp)  # stable: log order
     if len(valid) < 2:
         return None, valid
@@ -631,7 +648,8 @@ def apply_best(log: str, task: SearchTask | str | None = None) -> tuple[Any, lis
 __all__ = ["MACHINE", "MODEL_QUALITY", "READ_VERSIONS", "TASK", "ModelQuality", "NoValidRecordError", "Record",
            "RecordWriter",
            "SCHEMA_VERSION", "aggregate", "apply_best", "best_record", "iter_records", "load_model_quality",
-           "load_records", "load_tasks", "machine_to_json", "rank_rounds", "ranked", "record_from_json", "record_to_json",
+           "load_records", "load_tasks", "machine_to_json", "middle_timings", "rank_rounds", "ranked", "record_from_json",
+           "record_to_json",
            "selection_split", "side_by_side",
            "summarize",
            "task_to_json"]

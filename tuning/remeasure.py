@@ -6,7 +6,8 @@ noise; the one that comes out first is, among the good ones, the one timed lucki
 Re-timing it and averaging *all* its timings kept about half that luck (the selection timing
 is one of two), so a candidate timed more than once is judged on its re-timings only
 (`tuning.search.estimate`, and `tuning.records.aggregate` for a log: the earliest valid
-timing is left out, kept in the log).
+timing is left out, kept in the log), by their median (one of them taken in a burst of the
+machine does not move it).
 
 Why side by side. Candidates timed at different moments are compared through the machine-speed
 index (`tuning.speed`), a 0.1 ms reference kernel timed with each batch; it does not follow

@@ -27,9 +27,14 @@ from .task import SearchTask
 
 def estimate(timings: Sequence[float]) -> float:
     """A candidate's cost from its timings in the order taken: the one timing it has, else
-    the mean of all but the first -- the timing that made it a best is the luckiest of many
-    (`tuning.records.aggregate` reads a log by the same rule)."""
-    return float(timings[0]) if len(timings) == 1 else float(np.mean(timings[1:]))
+    the median of all but the first -- the timing that made it a best is the luckiest of many,
+    and one timing of the rest taken in a neighbour's burst (4-7x slow on a shared VM) must not
+    move the estimate; inf when one of them failed (`tuning.records.aggregate` reads a log by
+    the same rule)."""
+    if len(timings) == 1:
+        return float(timings[0])
+    rest = timings[1:]
+    return float(np.median(rest)) if all(np.isfinite(rest)) else float("inf")
 
 
 SKETCH_TRIES = 2  # failed first timings after which a sketch no longer claims a slot as unseen

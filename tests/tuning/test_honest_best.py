@@ -129,6 +129,35 @@ def test_the_search_judges_a_retimed_candidate_without_its_selection_timing() ->
     assert search.best_cost() == 1.5 and search.measured["a"] == 2.0 and search.timings("a") == 2
 
 
+def test_one_retiming_in_a_burst_of_the_machine_does_not_move_the_estimate(tmp_path: Path) -> None:
+    # seen on a shared 2-core VM: a 1.0 ms kernel re-timed at 4.0 ms once (a neighbour's burst,
+    # its batch's index barely slower) among re-timings at 0.99, 1.07 and 0.98 ms. The mean
+    # claimed 1.76 ms; the median of the re-timings holds
+    assert estimate([0.93, 4.0, 0.99, 1.07, 0.98]) == pytest.approx((0.99 + 1.07) / 2)
+    assert estimate([0.93, 7.3, 1.04, 1.05]) == pytest.approx(1.05)
+    assert estimate([0.9, 7.3, float("inf"), 1.05]) == float("inf")  # a failure still disqualifies
+    log = tmp_path / "burst.jsonl"
+    _write(log, [(A, 0.93e-3, 10.0), (A, 4.0e-3, 20.0), (A, 0.99e-3, 30.0), (A, 1.07e-3, 40.0),
+                 (A, 0.98e-3, 50.0), (B, 1.1e-3, 11.0)])
+    recs = load_records(str(log))
+    index = SpeedIndex.from_records(recs)
+    agg = {r.steps: r for r in aggregate(recs, index)}
+    # four re-timings: the two middle ones (0.99 and 1.07 ms, in time order) are the estimate
+    assert agg[A].costs == (0.99e-3, 0.99e-3, 1.07e-3, 1.07e-3) and agg[A].timestamp == 50.0
+    assert index.cost(agg[A]) == pytest.approx(1.03e-3)
+    assert best_record(str(log), _task()).steps == A  # with the mean (1.76 ms) B would win
+    # the middle is by normalised cost: a re-timing at half speed (raw 2.0 ms, reference 2e-4)
+    # is a 1.0 ms timing at the baseline, the middle of 0.9, 1.0 and 1.2
+    half = tmp_path / "half.jsonl"
+    _write(half, [(C, 0.8e-3, 10.0), (C, 0.9e-3, 20.0), (C, 1.2e-3, 40.0), (B, 1.1e-3, 11.0),
+                  (B, 1.1e-3, 12.0), (A, 1.1e-3, 13.0)])
+    _write(half, [(C, 2.0e-3, 30.0)], ref=2e-4)
+    recs = load_records(str(half))
+    index = SpeedIndex.from_records(recs)
+    (c,) = [r for r in aggregate(recs, index) if r.steps == C]
+    assert c.costs == (2.0e-3, 2.0e-3) and index.cost(c) == pytest.approx(1.0e-3)
+
+
 def test_a_real_tune_reports_the_estimate_its_log_gives(tmp_path: Path,
                                                          pools: tuple[LocalBuilder, LocalRunner]) -> None:
     builder, runner = pools
@@ -141,10 +170,14 @@ def test_a_real_tune_reports_the_estimate_its_log_gives(tmp_path: Path,
     index = SpeedIndex.from_records(load_records(log))
     best = best_record(log, task)
     # the winner rests on RETIMINGS re-timings (at least) taken after it was selected, and its
-    # reported cost is their mean: the selection timing is in the log, not in the figure
+    # reported cost is their median (by normalised cost: the middle one, or the mean of the
+    # middle two): the selection timing is in the log, not in the figure
     mine = sorted((r for r in recs if r.key == best.key and r.valid), key=lambda r: r.timestamp)
     assert len(mine) >= 1 + RETIMINGS and not mine[0].round and all(r.round for r in mine[1:])
-    assert res.best_cost == pytest.approx(np.mean([c for r in mine[1:] for c in r.costs]), rel=1e-9)
+    by_cost = sorted(mine[1:], key=index.cost)
+    n = len(by_cost)
+    middle = by_cost[(n - 1) // 2: n // 2 + 1]
+    assert res.best_cost == pytest.approx(np.mean([c for r in middle for c in r.costs]), rel=1e-9)
     assert res.best_cost == pytest.approx(best.mean, rel=1e-9)
     assert res.best_normalised_cost == pytest.approx(index.cost(best), rel=1e-9)
     # and it won the side-by-side rounds: the lowest raw cost over the rounds its rivals shared
