@@ -3,6 +3,8 @@ checked against numpy when compiled and when interpreted, and left alone where i
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -29,7 +31,10 @@ def _shuffles(func: object) -> int:
 def test_transpose_matches_numpy(rows: int, cols: int) -> None:
     s, args = _transpose(rows, cols)
     func = tc.lower(s, args)
-    assert _shuffles(func) == 24  # one block body: 16 shuffles bound, 8 stored
+    # a block body has 16 shuffles bound and 8 stored; a leftover row or column block (an
+    # extent not a multiple of 8) is one more body each, and their corner one more
+    assert _shuffles(func) == 24 * (1 + (rows % 8 > 0)) * (1 + (cols % 8 > 0))
+    assert re.search(r"\bB\[(?!ramp)", str(func)) is None  # no scalar store left
     a = np.random.default_rng(0).standard_normal((rows, cols)).astype("float32")
     b = np.zeros((cols, rows), "float32")
     tc.build(s, args)(a, b)
@@ -41,16 +46,56 @@ def test_transpose_matches_numpy(rows: int, cols: int) -> None:
 
 def test_conv_write_back_is_blocked() -> None:
     """``out[f, y, x] = acc[y, x, f]`` in that loop order: the two loops are not adjacent (y
-    between them); the pass moves y outside the blocks."""
+    between them); whole rows of y and x are one contiguous run on both sides, merged into
+    one loop of 4 x 28 pixels (14 blocks, no leftover columns)."""
     acc = te.placeholder((4, 28, 32), "float32", name="acc")
     out = te.compute((32, 4, 28), lambda f, y, x: acc[y, x, f], name="out")
     s = te.create_schedule(out.op)
     func = tc.lower(s, [acc, out])
-    assert _shuffles(func) == 24
+    assert _shuffles(func) == 24 and "y.x.m.b8 in range(14)" in str(func)
     a = np.random.default_rng(1).standard_normal((4, 28, 32)).astype("float32")
     o = np.zeros((32, 4, 28), "float32")
     tc.build(s, [acc, out])(a, o)
     np.testing.assert_array_equal(o, a.transpose(2, 0, 1))
+
+
+def test_seven_by_seven_write_back_is_blocked() -> None:
+    """A 7 x 7 tile's rows are too short for a block, but the 49 pixels are one run: all of
+    it moves in blocks (6, and one overlapping the last of them), no scalar store left."""
+    acc = te.placeholder((7, 7, 40), "float32", name="acc")
+    out = te.compute((40, 7, 7), lambda f, y, x: acc[y, x, f], name="out")
+    s = te.create_schedule(out.op)
+    func = tc.lower(s, [acc, out])
+    assert _shuffles(func) == 24 * 2 and re.search(r"\bout\[(?!ramp)", str(func)) is None
+    a = np.random.default_rng(2).standard_normal((7, 7, 40)).astype("float32")
+    o = np.zeros((40, 7, 7), "float32")
+    tc.build(s, [acc, out])(a, o)
+    np.testing.assert_array_equal(o, a.transpose(2, 0, 1))
+    o2 = np.zeros((40, 7, 7), "float32")
+    interp.run(func, a, o2)
+    np.testing.assert_array_equal(o2, a.transpose(2, 0, 1))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(ny=st.integers(1, 9), nx=st.integers(1, 12), nf=st.integers(1, 20), split=st.integers(1, 8),
+       order=st.permutations(range(4)))
+def test_random_write_backs(ny: int, nx: int, nf: int, split: int, order: list[int]) -> None:
+    """``out[f, y, x] = acc[y, x, f]`` with random extents (rows shorter and longer than a
+    block, merged or not), a split of f (tails of every size) and any loop order."""
+    acc = te.placeholder((ny, nx, nf), "float32", name="acc")
+    out = te.compute((nf, ny, nx), lambda f, y, x: acc[y, x, f], name="out")
+    s = te.create_schedule(out.op)
+    f, y, x = s[out].op.axis
+    fo, fi = s[out].split(f, split)
+    s[out].reorder(*[(fo, fi, y, x)[k] for k in order])
+    a = np.random.default_rng(ny * 400 + nx * 20 + nf).standard_normal((ny, nx, nf)).astype("float32")
+    want = a.transpose(2, 0, 1)
+    o = np.zeros((nf, ny, nx), "float32")
+    tc.build(s, [acc, out])(a, o)
+    np.testing.assert_array_equal(o, want)
+    o2 = np.zeros((nf, ny, nx), "float32")
+    interp.run(tc.lower(s, [acc, out]), a, o2)
+    np.testing.assert_array_equal(o2, want)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None)
