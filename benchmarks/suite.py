@@ -6,6 +6,7 @@ interleaved with it.
 
     python benchmarks/suite.py --trials 3000 --log suite.jsonl      # the real run (hours)
     python benchmarks/suite.py --ops bert --trials 64               # a quick look at one net
+    python benchmarks/suite.py --ops mobilenet_v2 --only "pw 1x1 96->576" --trials 200  # one operator
     python benchmarks/suite.py --log suite.jsonl --trials 0         # re-time an existing log
     python benchmarks/suite.py --ops resnet50 --prepack              # constant weights packed once
     python benchmarks/suite.py --target "llvm -mcpu=znver3"          # AVX2 code, e.g. on an AVX-512 machine
@@ -334,6 +335,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", nargs="*", default=list(NETS), choices=list(NETS),
                     help="which networks' operators (default: all)")
+    ap.add_argument("--only", nargs="*", default=None, metavar="NAME",
+                    help="only the operators whose name contains one of these, e.g. 'pw 1x1 96->576'")
     ap.add_argument("--trials", type=int, default=None,
                     help="tuning budget shared by every operator (default: 64 per operator); 0 only re-times the log")
     ap.add_argument("--log", default="suite.jsonl")
@@ -350,7 +353,9 @@ def main() -> None:
                     help="time every kernel that copies a weight into another layout on its weight "
                          "packed once beforehand (tuning.prepacked_best), whichever task tuned it")
     a = ap.parse_args()
-    ops = [op for net in a.ops for op in NETS[net]]
+    ops = [op for net in a.ops for op in NETS[net] if a.only is None or any(n in op.name for n in a.only)]
+    if not ops:
+        ap.error(f"no operator of {' '.join(a.ops)} has a name containing any of {a.only}")
     tasks = [tuning.SearchTask(op.workload, op.args, target=a.target,
                                prepack=a.prepack and op.workload in PREPACK_WORKLOADS) for op in ops]
     budget = 64 * len(tasks) if a.trials is None else a.trials
