@@ -29,8 +29,8 @@ time measured with it (to the machine's baseline: the median of the log's refere
 when the run resumes, else the first one the run sees); the log keeps the raw costs with the
 index beside them. The final re-timing (`tuning.remeasure`) times the best few side by side
 in the same rounds, and ranks them by those raw costs, which need no index. The returned
-`TuneResult.best_cost` is the raw mean of its winner (its re-timings, without the timing that
-selected it), as `tuning.records.best_record` finds it in the log.
+`TuneResult.best_cost` is the raw cost of its winner (the median of its re-timings, without the
+timing that selected it), as `tuning.records.best_record` finds it in the log.
 
 Measurement goes through the `tuning.protocols.Builder`/`Runner` interfaces (any
 implementation; `LocalBuilder`/`LocalRunner` by default). A runner that is ``exclusive``
@@ -72,7 +72,7 @@ from .protocols import Builder, ResultCallback, Runner, check_builder, check_run
 from .records import Record, RecordWriter, load_records, rank_rounds, ranked
 from .remeasure import remeasure as remeasure_best
 from .scheduler import GradientTaskScheduler, check_weights, floor_rounds
-from .search import EvolutionarySearch, RandomSearch, SearchOptions
+from .search import EvolutionarySearch, RandomSearch, SearchOptions, estimate
 from .space import Candidate
 from .speed import SpeedIndex
 from .task import SearchTask, TuningError
@@ -115,8 +115,8 @@ class TuneResult:
     trials: int = 0  # distinct candidates measured, log included
     new_trials: int = 0  # measured by this call
     # seconds per call of the best candidate: while tuning, the lowest normalised cost
-    # (`tuning.speed`; what the scheduler weighs); when `tune` returns, the raw mean of the
-    # timings of the final re-timing's winner (re-timings only: `tuning.records.aggregate`;
+    # (`tuning.speed`; what the scheduler weighs); when `tune` returns, the raw median of the
+    # re-timings of the final re-timing's winner (`tuning.records.aggregate`;
     # the side-by-side ranking: `tuning.records.ranked`) -- the candidate and the figure
     # `tuning.records.best_record` gives for the log -- with its normalised cost in
     # ``best_normalised_cost``
@@ -233,7 +233,7 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     round, until the same ones lead after two shared rounds (logged like any measurement,
     not counted as trials; a candidate timed once that overtakes them joins the next round,
     within a few rounds: `tuning.remeasure`); the winner is the fastest over the shared rounds
-    by raw cost, and a re-timed candidate's cost is the mean of its re-timings, without the
+    by raw cost, and a re-timed candidate's cost is the median of its re-timings, without the
     timing that selected it -- the fastest of hundreds of noisy timings is the luckiest. Returns one `TuneResult`
     per task, in order.
 
@@ -801,8 +801,9 @@ class _Tuner:
                 key = final[0] if final else min((k for k, v in run.raw.items() if v),
                                                  key=lambda k: measured.get(k, math.inf))
                 out.best_normalised_cost = measured.get(key, math.inf)
-                timings = run.raw[key]
-                out.best_cost = float(np.mean([c for t in (timings[1:] or timings) for c in t]))
+                # the median of its re-timings' raw means, as `estimate` judges it while tuning
+                # and `aggregate` reads it from a log
+                out.best_cost = estimate([float(np.mean(t)) for t in run.raw[key]])
 
 
 def _task_of(rec: Record, path: str) -> SearchTask | None:

@@ -146,12 +146,18 @@ class _Drifting:
     def __init__(self) -> None:
         self.batch = 0
 
+    def _ref(self) -> float:
+        return BASE * (1.0, 3.0, 0.5, 2.0)[self.batch % 4]
+
+    def _speed(self, key: str) -> float:
+        return 1e-3 * (1.0 + (int(key.encode().hex()[-6:], 16) % 1000) / 1000)
+
     def run(self, inputs, builds, callback=None):  # type: ignore[no-untyped-def]
         self.batch += 1
-        ref = BASE * (1.0, 3.0, 0.5, 2.0)[self.batch % 4]
+        ref = self._ref()
         out = []
         for inp in inputs:
-            speed = 1e-3 * (1.0 + (int(inp.key.encode().hex()[-6:], 16) % 1000) / 1000)
+            speed = self._speed(inp.key)
             res = MeasureResult((speed, speed), OK, machine=local_machine(), ref_s=ref, ref_kind="parallel")
             if callback is not None:
                 callback(inp, res)
@@ -257,3 +263,41 @@ def test_the_final_rounds_time_the_builds_made_while_tuning(tmp_path: Path) -> N
     assert retimed <= set(builder.built)
     # and every re-timing is a real measurement of a correct kernel
     assert all(r.valid for r in recs if r.round)
+
+
+class _Bursty(_Drifting):
+    """Each candidate's raw cost is its true speed (a function of its key), but every third
+    timing of a candidate comes in a neighbour's burst, 5x slow; the reference is steady."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, int] = {}
+
+    def _ref(self) -> float:
+        return BASE
+
+    def _speed(self, key: str) -> float:
+        n = self.calls[key] = self.calls.get(key, 0) + 1
+        return super()._speed(key) * (5.0 if n % 3 == 0 else 1.0)
+
+
+def test_the_best_cost_is_the_median_of_its_retimings_with_or_without_a_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a log `tune` judges the winner from its own rounds; with one, from the log
+    (`aggregate`): both take the median of its re-timings, so a burst in one of three moves
+    neither, and the two figures are the same."""
+    monkeypatch.setattr("tuning.remeasure.RETIMINGS", 3)  # three shared rounds: a median of 3
+    task = tuning.SearchTask(wl.matmul, (64, 64, 64))
+    kw = dict(trials=16, seed=0, batch_size=4, builder=_NoBuild(), cost_model="random", progress=False,
+              remeasure=4)
+    log = str(tmp_path / "b.jsonl")
+    (logged,) = tuning.tune([task], log=log, runner=_Bursty(), **kw)  # type: ignore[arg-type]
+    (bare,) = tuning.tune([task], log=None, runner=_Bursty(), **kw)  # type: ignore[arg-type]
+    best = best_record(log, task)
+    mine = sorted((r for r in load_records(log, task) if r.key == best.key), key=lambda r: r.timestamp)
+    retimed = sorted(r.mean for r in mine[1:])
+    assert len(retimed) >= 3 and max(retimed) > 4 * min(retimed)  # a burst among them
+    n = len(retimed)
+    median = (retimed[(n - 1) // 2] + retimed[n // 2]) / 2
+    assert logged.best_cost == pytest.approx(median, rel=1e-9)
+    assert bare.best_cost == pytest.approx(logged.best_cost, rel=1e-9)
