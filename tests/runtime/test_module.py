@@ -236,3 +236,31 @@ def test_heap_local_buffer_error_free_and_float_constants() -> None:
     a = np.zeros(7, np.float32)
     mod(a)
     np.testing.assert_array_equal(a, np.ones(7, np.float32))
+
+
+def test_data_pointers_are_read_fast_and_right() -> None:
+    """Kernel calls read each array's data pointer from numpy's struct (``args._data_ptr``):
+    ``__array_interface__`` built a dict per array, most of a small kernel's call. On CPython
+    with numpy's layout the fast reader is the one in use, and it agrees with the interface on
+    views, offsets, transposes, empty, read-only and subclassed arrays."""
+    from tecomp.runtime import args as runtime_args
+
+    assert runtime_args._data_ptr is not runtime_args._data_ptr_by_interface
+    base = np.arange(60, dtype=np.float64).reshape(5, 12)
+    ro = base.copy()
+    ro.flags.writeable = False
+    cases = [base, base[2:, 3:], base.T, base[::2, ::3], np.zeros(0, np.float32), ro,
+             np.ma.masked_array(base).data, np.arange(7, dtype=np.int16)[1:].view(np.uint8)]
+    for a in cases:
+        assert runtime_args._data_ptr(a) == a.__array_interface__["data"][0]
+    # and a kernel reads the element the view starts at
+    import tecomp as tc
+    from tecomp import te
+
+    A = te.placeholder((4,), "float32", name="A")
+    B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
+    f = tc.build(te.create_schedule(B.op), [A, B])
+    src = np.arange(10, dtype=np.float32)
+    out = np.zeros(4, np.float32)
+    f(src[3:7], out)
+    np.testing.assert_array_equal(out, src[3:7] * 2)
