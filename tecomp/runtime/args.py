@@ -368,7 +368,7 @@ class ArgChecker:
                                  "array is read-only")
             arrays.append(a)
             cargs.append(_data_ptr(a))
-            spans.append(a.nbytes if flags.c_contiguous else _span_bytes(a))
+            spans.append(_span_bytes(a))
         cscalars: list[int | float] = []
         if scalars:
             cscalars = self._convert_scalars(args, dims)
