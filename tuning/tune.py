@@ -247,6 +247,7 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
     tasks = list(tasks)
     if not tasks:
         return []
+    t_call = time.perf_counter()
     if trials < 0 or batch_size < 1:
         raise TuningError("tune: trials must be >= 0 and batch_size >= 1")
     w = check_weights(weights, len(tasks))
@@ -296,6 +297,8 @@ def tune(tasks: Sequence[SearchTask], trials: int = 200, log: str | None = None,
         if own_runner:
             runner.close()
         feature_pool.close()
+        # set-up, the final ranking and closing the pools belong to no round either
+        tuner.share_rest(t_call)
     results = [run.result for run in tuner.runs]
     if progress and results:
         print(tune_report(results), file=sys.stderr)
@@ -418,7 +421,6 @@ class _Tuner:
         self.writer, self.log, self.seed = writer, log, seed
         self.batch_size, self.options = batch_size, options
         self.runs: list[_TaskRun] = []
-        self.t_start = time.perf_counter()
         self.budget = 0
         self.done = 0  # distinct candidates of these tasks measured, log included
         self.shared_model_s = 0.0  # training no round owns (resume, warm start)
@@ -773,13 +775,19 @@ class _Tuner:
             self.bar.close()
         if not self.runs:
             return
-        # what no round owns is shared out, so the tasks' wall times add up to the call's
         n = len(self.runs)
-        rest = time.perf_counter() - self.t_start - sum(run.result.wall_s for run in self.runs)
         for run in self.runs:
-            run.result.wall_s += max(0.0, rest) / n
             run.result.model_s += self.shared_model_s / n
         self._final_best()
+
+    def share_rest(self, t_call: float) -> None:
+        """Share out what no round owns, from the call's first line to its last, so the
+        tasks' wall times add up to the call's."""
+        if not self.runs:
+            return
+        rest = time.perf_counter() - t_call - sum(run.result.wall_s for run in self.runs)
+        for run in self.runs:
+            run.result.wall_s += max(0.0, rest) / len(self.runs)
 
     def _final_best(self) -> None:
         """Each result's best and its raw mean: the winner of the final side-by-side
