@@ -75,6 +75,7 @@ class CodegenCPU(CodegenLLVM):
     """
 
     backend_name: ClassVar[str] = "CPU"
+    strided_load_max = 4  # strides 2-4: contiguous loads and shuffles (`MemoryMixin._strided_load`)
 
     def __init__(self, target: Target, debug: bool = False, module_name: str = "tecomp") -> None:
         super().__init__(target, debug, module_name)

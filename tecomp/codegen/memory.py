@@ -1,7 +1,9 @@
 """Loads, stores, addresses and debug bounds checks of the CPU code generator.
 
 After flattening every access has one index in elements: a scalar, a contiguous
-``Ramp(base, 1, n)`` (one vector load/store), or any other int vector (gather/scatter). A
+``Ramp(base, 1, n)`` (one vector load/store), or any other int vector (gather/scatter; on
+the CPU an unmasked load of ``Ramp(base, s, n)`` with a small constant stride ``s`` is ``s``
+contiguous loads within its span and shuffles instead, `MemoryMixin.strided_load_max`). A
 ``predicate`` masks lanes; masked-off lanes are never touched (``llvm.masked.*`` intrinsics,
 passthru zero). A scalar predicate becomes a branch around the access.
 
@@ -36,6 +38,7 @@ from .llvm_common import (
     half_to_f32,
     llvm_type,
     opaque,
+    shuffle_mask,
     splat,
     to_i64,
 )
@@ -67,6 +70,12 @@ class MemoryMixin:
     debug_buffers: list[str]
     oob_record_name: str
     _mask: ir.Value | None
+    #: the largest constant stride of an unmasked vector load that is read as contiguous
+    #: vectors and shuffled (`_strided_load`) rather than gathered; 0: always gather. A
+    #: stride-2 window ``x * 2 + rx`` (a strided convolution vectorized over output columns)
+    #: is then two loads and one two-source permute; a 16-lane gather costs far more on Zen
+    #: (docs/benchmark-notes.md)
+    strided_load_max = 0
     if TYPE_CHECKING:
 
         @property
@@ -166,6 +175,8 @@ class MemoryMixin:
                     v = b.load(ptr, typ=vty, align=align)
                 else:
                     v = self._masked_zero("load", vty, [ptr, ir.Constant(I32, align), vmask], vmask)
+            elif lanes > 1 and vmask is None and (stride := self._load_stride(e.indices[0])):
+                v = self._strided_load(info.ptr, e.indices[0], stride, memel, lanes, align)
             elif lanes > 1:
                 vty = ir.VectorType(memel, lanes)
                 ptrs = self._vector_gep(info.ptr, idx, memel)
@@ -265,6 +276,44 @@ class MemoryMixin:
             v = splat(self.b, v, lanes)  # one address for every lane (e.g. broadcast store)
             return v, dt.with_lanes(index.dtype, lanes), False
         return v, index.dtype, False
+
+    def _load_stride(self, index: E.Expr) -> int:
+        """The stride of ``index`` when a load of it is to be `_strided_load`ed, else 0."""
+        if (isinstance(index, E.Ramp) and isinstance(index.stride, E.IntImm)
+                and 2 <= index.stride.value <= self.strided_load_max):
+            return index.stride.value
+        return 0
+
+    def _strided_load(self, ptr: ir.Value, index: E.Expr, stride: int, memel: ir.Type,
+                      lanes: int, align: int) -> ir.Value:
+        """The ``lanes`` elements ``base + i * stride`` as ``stride`` contiguous ``lanes``-wide
+        loads and shuffles. The loads cover ``[base, base + stride * (lanes - 1)]`` and no more
+        (the last one is moved back to end at the last element read): every element between
+        two elements of one buffer is in it, so nothing outside the accessed span is touched."""
+        assert isinstance(index, E.Ramp)  # `_load_stride` said so
+        b = self.b
+        vty = ir.VectorType(memel, lanes)
+        span = stride * (lanes - 1) + 1
+        starts = [min(k * lanes, span - lanes) for k in range(stride)]
+        base = self.expr(index.base)
+        chunks = []
+        for st in starts:
+            off = base if st == 0 else b.add(base, ir.Constant(base.type, st))
+            chunks.append(b.load(b.gep(ptr, [off], inbounds=True, source_etype=memel), typ=vty, align=align))
+        # lane i reads element i * stride: from the first chunk that holds it; chunk k's lanes
+        # sit at k * lanes.. in the inputs of the final shuffle
+        pick = []
+        for i in range(lanes):
+            p = i * stride
+            k = next(k for k, st in enumerate(starts) if st <= p < st + lanes)
+            pick.append(k * lanes + p - starts[k])
+        if stride == 2:
+            return b.shuffle_vector(chunks[0], chunks[1], shuffle_mask(pick))
+        while len(chunks) < 4:  # two pairs; a repeated chunk is never picked
+            chunks.append(chunks[-1])
+        lo = b.shuffle_vector(chunks[0], chunks[1], shuffle_mask(range(2 * lanes)))
+        hi = b.shuffle_vector(chunks[2], chunks[3], shuffle_mask(range(2 * lanes)))
+        return b.shuffle_vector(lo, hi, shuffle_mask(pick))
 
     def _vector_gep(self, base: ir.Value, idx: ir.Value, memel: ir.Type) -> ir.Value:
         g = self.b.gep(base, [idx], inbounds=True, source_etype=memel)

@@ -171,17 +171,18 @@ def test_contiguous_vector_without_predicate_is_plain_load() -> None:
 
 
 def test_gather_and_scatter() -> None:
-    A, C = buf("A", (64,)), buf("C", (96,))
+    A, C = buf("A", (160,)), buf("C", (96,))
     io = Var("io")
-    gather_idx = Ramp(io * 16, IntImm(2), 8)  # every other element
+    # every fifth element (strides 2-4 are loads and shuffles: test_strided_loads.py)
+    gather_idx = Ramp(io * 40, IntImm(5), 8)
     scatter_idx = Ramp(io * 24, IntImm(3), 8)
     f = build([A, C], loop(io, 4, st(C, scatter_idx, ld(A, gather_idx))))
-    a = rng.random(64, np.float32)
+    a = rng.random(160, np.float32)
     c = np.zeros(96, np.float32)
     f(a, c)
     want = np.zeros(96, np.float32)
     for o in range(4):
-        want[o * 24:o * 24 + 24:3] = a[o * 16:o * 16 + 16:2]
+        want[o * 24:o * 24 + 24:3] = a[o * 40:o * 40 + 40:5]
     np.testing.assert_array_equal(c, want)
     ll = f.get_source("ll-unopt")
     assert "llvm.masked.gather" in ll and "llvm.masked.scatter" in ll
