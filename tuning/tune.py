@@ -101,6 +101,13 @@ def _signature(res: MeasureResult) -> tuple[str, str]:
     return res.error.name, last[:200]
 
 
+def _gflops(task: SearchTask, cost: float) -> float:
+    """GFLOP/s of ``task`` at ``cost`` seconds per call (0.0 when either is unknown)."""
+    if not math.isfinite(cost) or not task.flop_ct:
+        return 0.0
+    return task.flop_ct / cost / 1e9
+
+
 @dataclass
 class TuneResult:
     """What one task's tuning did: its best cost, the errors met, where the time went.
@@ -135,9 +142,7 @@ class TuneResult:
 
     @property
     def best_gflops(self) -> float:
-        if not math.isfinite(self.best_cost) or not self.task.flop_ct:
-            return 0.0
-        return self.task.flop_ct / self.best_cost / 1e9
+        return _gflops(self.task, self.best_cost)
 
     @property
     def model_pairwise_acc(self) -> float:
@@ -759,9 +764,7 @@ class _Tuner:
         # a task resumed from its log shows the log's best until this call times one
         best = [r.shown_best if math.isfinite(r.shown_best) else r.result.best_cost for r in self.runs]
         if len(self.runs) == 1:
-            task = self.runs[0].task
-            gflops = task.flop_ct / best[0] / 1e9 if task.flop_ct and math.isfinite(best[0]) else 0.0
-            post["best"] = f"{gflops:.1f} GFLOP/s"
+            post["best"] = f"{_gflops(self.runs[0].task, best[0]):.1f} GFLOP/s"
         # what one pass over the weighted tasks costs (the objective the scheduler minimises,
         # each task at its `_TaskRun.shown_best`)
         lat = sum(r.result.weight * b for r, b in zip(self.runs, best) if r.result.weight > 0)

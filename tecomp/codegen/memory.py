@@ -34,6 +34,7 @@ from .llvm_common import (
     VOID,
     call_intrinsic,
     cast,
+    concat_vectors,
     f32_to_half,
     half_to_f32,
     llvm_type,
@@ -311,8 +312,7 @@ class MemoryMixin:
             return b.shuffle_vector(chunks[0], chunks[1], shuffle_mask(pick))
         while len(chunks) < 4:  # two pairs; a repeated chunk is never picked
             chunks.append(chunks[-1])
-        lo = b.shuffle_vector(chunks[0], chunks[1], shuffle_mask(range(2 * lanes)))
-        hi = b.shuffle_vector(chunks[2], chunks[3], shuffle_mask(range(2 * lanes)))
+        lo, hi = concat_vectors(b, chunks[0], chunks[1]), concat_vectors(b, chunks[2], chunks[3])
         return b.shuffle_vector(lo, hi, shuffle_mask(pick))
 
     def _vector_gep(self, base: ir.Value, idx: ir.Value, memel: ir.Type) -> ir.Value:
