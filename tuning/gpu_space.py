@@ -213,6 +213,9 @@ def generate_gpu_sketches(task: SearchTask) -> list[Sketch]:
 class _GpuBuilder(_Builder):
     """Applies a GPU sketch to a fresh State (knobs as in `_Builder`)."""
 
+    # a GPU thread's "register" is one 16-byte load: no width is favoured for it
+    register_vector_prior = 1.0
+
     def __init__(self, task: SearchTask, sketch: Sketch, params: Mapping[str, Any],
                  rng: np.random.Generator | None) -> None:
         # a private copy: a tiling redraw forgets the knobs it drew (see _tiles)

@@ -326,3 +326,20 @@ def test_local_moves_cover_the_knobs_of_the_best_in_turn() -> None:
         moved.extend(changed)
         search.update([m], [MeasureResult((1e-3,), MeasureErrorNo.NO_ERROR)])
     assert set(movable) <= set(moved)
+
+
+@pytest.mark.parametrize("target,lanes", [("llvm -mcpu=znver3", 8), ("llvm -mcpu=skylake-avx512", 16)])
+def test_fresh_row_stages_favour_vectors_of_whole_registers(target: str, lanes: int) -> None:
+    # a row chain (softmax) is fast only when every stage and its rfactor partial use whole
+    # registers; uniform odds over 4..128 lanes gave them a third of the draws
+    space = SearchSpace(SearchTask(wl.softmax, (64, 128), target=target))
+    rng = np.random.default_rng(0)
+    whole = vector = 0
+    for _ in range(150):
+        cand = space.sample(rng)
+        assert cand is not None
+        for k, v in cand.params:
+            if (k.endswith("/vec") or k.endswith("/rf")) and v > 1:
+                vector += 1
+                whole += v in (lanes, 2 * lanes)
+    assert vector > 150 and whole / vector > 0.5, (whole, vector)
