@@ -154,12 +154,13 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
         quality.setdefault(q.task_key, []).append((q.pairwise_acc, q.topk_recall))
     labels = _machine_labels(groups)
     retimed_side_by_side = 0  # tasks whose best won a final side-by-side re-timing
+    confirmed = 0  # ... and was then confirmed (`tuning.remeasure`)
     rows = [("task", "target", "records", "valid", "errors", "best ms", "raw ms", "GFLOP/s", "rank acc",
              "top-k", "measured on")]
     for recs in groups.values():
         r0 = recs[0]
         # one row per candidate, judged as best_record and apply_best judge it (its re-timings
-        # without the one that selected it, if it was re-timed)
+        # without the one that selected it, if it was re-timed; its confirmations, if any)
         valid = aggregate(recs, index)
         errs: dict[str, int] = {}
         for r in recs:
@@ -168,6 +169,7 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
         top = ranked(recs, index)[0] if valid else None
         if top is not None and (sbs := side_by_side(recs)) and top.key in sbs[0]:
             retimed_side_by_side += 1
+            confirmed += any(r.confirm and r.valid for r in recs if r.key == top.key)
         best = index.cost(top) if top is not None else float("nan")
         task, _ = r0.task_or_why()
         gf = f"{task.flop_ct / best / 1e9:.1f}" if task is not None and valid else "-"
@@ -189,7 +191,9 @@ def cmd_show_log(ns: argparse.Namespace) -> int:
               "from best ms")
     if retimed_side_by_side:
         print("best: the winner of the final re-timing, where the best few were timed side by side "
-              "and ranked by raw ms (no index between them)")
+              "and ranked by raw ms (no index between them)"
+              + ("; its ms: the median of the confirmation timings taken after it won (the rounds "
+                 "that chose it were its luckiest)" if confirmed else ""))
     _print_machines(groups, labels, index)
     _print_errors(groups)
     if ns.retime:

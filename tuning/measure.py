@@ -157,6 +157,10 @@ class MeasureResult(Timed):
     # one round were timed one after another in one batch, so their raw costs compare without
     # the index; "" for every other measurement
     round: str = ""
+    # a confirmation timing of a final re-timing's winner (`tuning.remeasure`), taken after
+    # the rounds that chose it: the winner's estimate rests on these alone
+    # (`tuning.records.aggregate`), as the rounds that made it the fastest are its luckiest
+    confirm: bool = False
 
 
 def valid_refs(out: Any) -> dict[str, tuple[float, float]]:

@@ -24,7 +24,8 @@ Version-1 logs still load, resume and warm-start; their records' machine is
 `Machine.legacy` of that CPU name. A record may carry ``"ref_s"``, the machine-speed index
 timed with it (`tuning.speed`), ``"ref_kind"``, which reference kernel that was, and
 ``"ref_spread"``, how far its repeats were apart (an unsteady index is kept, not used), and
-``"round"``, the side-by-side round of the final re-timing it was taken in: optional fields
+``"round"``, the side-by-side round of the final re-timing it was taken in, and ``"confirm"``,
+true on a confirmation timing of that re-timing's winner (`aggregate`): optional fields
 within schema 2 (readers ignore fields they do not know), absent from older records, whose
 index is then unknown.
 
@@ -110,6 +111,7 @@ class Record(Timed):
     ref_kind: str = ""  # which reference kernel (`tuning.speed.RECORD_KINDS`; "" without ref_s)
     ref_spread: float | None = None  # max / min of its repeats (`tuning.speed.UNSTEADY`)
     round: str = ""  # the side-by-side re-timing round it was timed in (`side_by_side`), if any
+    confirm: bool = False  # a confirmation timing of a re-timing's winner (`aggregate`)
 
     @property
     def key(self) -> str:
@@ -144,7 +146,8 @@ class Record(Timed):
     def result(self) -> MeasureResult:
         return MeasureResult(self.costs, self.error, self.error_msg, self.build_s, self.run_s,
                              self.timestamp, timing=self.timing, machine=self.machine, ref_s=self.ref_s,
-                             ref_kind=self.ref_kind, ref_spread=self.ref_spread, round=self.round)
+                             ref_kind=self.ref_kind, ref_spread=self.ref_spread, round=self.round,
+                             confirm=self.confirm)
 
 
 def _tuplify(v: Any) -> Any:
@@ -176,6 +179,8 @@ def record_to_json(inp: MeasureInput, res: MeasureResult) -> dict[str, Any]:
         **({"ref_spread": round(res.ref_spread, 4)} if res.ref_s is not None and res.ref_spread is not None else {}),
         # a final re-timing's side-by-side round (`side_by_side`)
         **({"round": res.round} if res.round else {}),
+        # a confirmation timing of the re-timing's winner (`aggregate`)
+        **({"confirm": True} if res.confirm else {}),
         # only where the costs are not a real measurement: a reader must not take them for one
         **({"timing": res.timing} if res.timing else {}),
     }
@@ -226,7 +231,7 @@ def record_from_json(d: dict[str, Any], task_line: dict[str, Any] | None = None,
         run_s=d.get("run_s", 0.0), timestamp=d.get("time", 0.0),
         tecomp_version=d.get("tecomp", ""), timing=d.get("timing", ""),
         extra={"name": d.get("name", ""), "prepack": t.get("prepack", False) is True},
-        task_line=task_line, machine=machine, round=_round(d),
+        task_line=task_line, machine=machine, round=_round(d), confirm=d.get("confirm") is True,
         **(_speed_index(d) if d["v"] >= 2 else {}),
     )
 
@@ -538,12 +543,17 @@ def aggregate(records: Sequence[Record], index: SpeedIndex | None = None) -> lis
     timings is the luckiest, and keeping it in the mean kept about half that luck in the
     estimate (docs/design.md, "Honest numbers"). That *selection timing* stays in the log,
     unused (`selection_split`); the rule needs no marker, so logs of every version read alike.
-    Of the re-timings, the estimate is their median by normalised cost (`middle_timings`: the
-    middle one, or the two middle ones, whose costs the record then holds), as
-    `tuning.search.estimate` judges them while tuning: on a shared VM one re-timing in a
-    neighbour's burst ran 4-7x slow and made a mean of four a 1.8x claim. Its ``ref_s`` is
-    then the index of the timings used (`tuning.speed.combined_ref` under ``index``, by default
-    the index of ``records``), so ``index.cost`` of it is the mean of those timings each
+    The winner of a final re-timing was chosen by its rounds as well -- the fastest of the few
+    timed side by side is again the luckiest (the suite's claims ran 2.8% optimistic, the
+    geometric mean over 55 operators on an Intel Xeon) -- so a candidate with *confirmation
+    timings* (``confirm``, taken after those rounds: `tuning.remeasure`) is judged on them
+    alone. Of the timings used, the estimate is
+    their median by normalised cost (`middle_timings`: the middle one, or the two middle ones,
+    whose costs the record then holds), as `tuning.search.estimate` judges them while tuning:
+    on a shared VM one re-timing in a neighbour's burst ran 4-7x slow and made a mean of four
+    a 1.8x claim. Its ``ref_s`` is then the index of the timings used
+    (`tuning.speed.combined_ref` under ``index``, by default the index of ``records``), so
+    ``index.cost`` of it is the mean of those timings each
     normalised by its own measurement's index."""
     index = index or SpeedIndex.from_records(records)
     by_key: dict[str, list[Record]] = {}
@@ -575,12 +585,14 @@ def middle_timings(used: Sequence[Record], index: SpeedIndex) -> list[Record]:
 
 def selection_split(records: Sequence[Record]) -> tuple[Record | None, list[Record]]:
     """The valid timings of one candidate split into its selection timing (the earliest, by
-    timestamp and then log order; None when it was timed once) and the others, in time order,
-    whose median its estimate is (`aggregate`, `middle_timings`)."""
+    timestamp and then log order; None when it was timed once) and those, in time order,
+    whose median its estimate is (`aggregate`, `middle_timings`): its confirmation timings
+    when it has any (`tuning.remeasure`), else all the others."""
     valid = sorted((r for r in records if r.valid), key=lambda r: r.timestamp)  # stable: log order
     if len(valid) < 2:
         return None, valid
-    return valid[0], valid[1:]
+    confirmed = [r for r in valid[1:] if r.confirm]
+    return valid[0], confirmed or valid[1:]
 
 
 def summarize(records: Sequence[Record]) -> dict[str, int]:

@@ -394,6 +394,9 @@ class _TaskRun:
         # the final re-timing's rounds: per round, each valid candidate's raw mean
         # (`tuning.records.rank_rounds`; without a log to read)
         self.rounds: list[dict[str, float]] = []
+        # steps key -> (raw, normalised) mean of each confirmation timing of the re-timing's
+        # winner, which its estimate rests on (`tuning.remeasure`; without a log to read)
+        self.confirm: dict[str, list[tuple[float, float]]] = {}
         self.builds = _Builds()  # what the final re-timing need not build again
         # what the progress bar shows as this task's best: per timing the slower of its raw
         # and its normalised cost. The normalised one alone is what the scheduler weighs, but a
@@ -824,6 +827,15 @@ class _Tuner:
                 final = rank_rounds(run.rounds)
                 key = final[0] if final else min((k for k, v in run.raw.items() if v),
                                                  key=lambda k: measured.get(k, math.inf))
+                confirmed = run.confirm.get(key)
+                if confirmed:
+                    # judged on them alone: the middle one (or two) by normalised cost, as
+                    # `aggregate` reads a log (`middle_timings`)
+                    by_norm = sorted(confirmed, key=lambda t: t[1])
+                    mid = by_norm[(len(by_norm) - 1) // 2: len(by_norm) // 2 + 1]
+                    out.best_cost = float(np.mean([raw for raw, _ in mid]))
+                    out.best_normalised_cost = float(np.mean([norm for _, norm in mid]))
+                    continue
                 out.best_normalised_cost = measured.get(key, math.inf)
                 # the median of its re-timings' raw means, as `estimate` judges it while tuning
                 # and `aggregate` reads it from a log

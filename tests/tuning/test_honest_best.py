@@ -16,7 +16,7 @@ from tuning import LocalBuilder, LocalRunner
 from tuning.machine import local_machine
 from tuning.measure import MeasureErrorNo, MeasureInput, MeasureResult
 from tuning.records import RecordWriter, aggregate, best_record, load_records, selection_split
-from tuning.remeasure import RETIMINGS
+from tuning.remeasure import CONFIRMATIONS, RETIMINGS
 from tuning.search import EvolutionarySearch, estimate
 from tuning.speed import SpeedIndex
 from tuning.steps import AnnotationStep, SplitStep
@@ -60,6 +60,30 @@ def test_the_selection_timing_is_excluded_from_the_estimate(tmp_path: Path) -> N
     _write(one, [(A, 1.0e-3, 10.0), (A, 1.5e-3, 20.0)])
     (r,) = aggregate(load_records(str(one)))
     assert r.costs == (1.5e-3, 1.5e-3) and r.timestamp == 20.0
+
+
+def test_a_confirmed_winner_is_judged_on_its_confirmations_alone(tmp_path: Path) -> None:
+    # A won its rounds at 1.0 and 1.1 ms (lucky, as the fastest of a few); its confirmations
+    # afterwards ran 1.3, 1.2 and 5.0 ms (a burst): its estimate is their median, 1.3 ms
+    task, machine = _task(), local_machine()
+    log = tmp_path / "c.jsonl"
+    with RecordWriter(str(log)) as w:
+        for t, cost, rnd, confirm in [(10.0, 0.9e-3, "", False), (20.0, 1.0e-3, "s/0", False),
+                                      (21.0, 1.1e-3, "s/1", False), (30.0, 1.3e-3, "", True),
+                                      (31.0, 1.2e-3, "", True), (32.0, 5.0e-3, "", True)]:
+            w.write(MeasureInput(task, A), MeasureResult((cost,), OK, timestamp=t, machine=machine,
+                                                         ref_s=1e-4, round=rnd, confirm=confirm))
+        w.write(MeasureInput(task, B), MeasureResult((1.5e-3,), OK, timestamp=11.0, machine=machine, ref_s=1e-4))
+    recs = load_records(str(log))
+    assert [r.confirm for r in recs if r.steps == A] == [False] * 3 + [True] * 3  # read back as written
+    assert sum('"confirm":true' in line for line in log.read_text().splitlines()) == 3
+    (agg,) = [r for r in aggregate(recs) if r.steps == A]
+    assert agg.costs == (1.3e-3,)
+    sel, used = selection_split([r for r in recs if r.steps == A])
+    assert sel is not None and sel.timestamp == 10.0 and [r.timestamp for r in used] == [30.0, 31.0, 32.0]
+    # the ranking is the rounds' (A, the only one in them), the figure the confirmations'
+    best = best_record(str(log), task)
+    assert best.steps == A and best.mean == pytest.approx(1.3e-3)
 
 
 def test_the_earliest_valid_timing_is_the_selection_timing(tmp_path: Path) -> None:
@@ -169,15 +193,20 @@ def test_a_real_tune_reports_the_estimate_its_log_gives(tmp_path: Path,
     recs = load_records(log, task)
     index = SpeedIndex.from_records(load_records(log))
     best = best_record(log, task)
-    # the winner rests on RETIMINGS re-timings (at least) taken after it was selected, and its
-    # reported cost is their median (by normalised cost: the middle one, or the mean of the
-    # middle two): the selection timing is in the log, not in the figure
+    # the winner was timed RETIMINGS times (at least) side by side after it was selected, then
+    # CONFIRMATIONS times more on its own; its reported cost is the median of the confirmations
+    # alone (by normalised cost): the selection timing and the rounds that chose it are in the
+    # log, not in the figure
     mine = sorted((r for r in recs if r.key == best.key and r.valid), key=lambda r: r.timestamp)
-    assert len(mine) >= 1 + RETIMINGS and not mine[0].round and all(r.round for r in mine[1:])
-    by_cost = sorted(mine[1:], key=index.cost)
-    n = len(by_cost)
-    middle = by_cost[(n - 1) // 2: n // 2 + 1]
-    assert res.best_cost == pytest.approx(np.mean([c for r in middle for c in r.costs]), rel=1e-9)
+    rounds_of_it = [r for r in mine if r.round]
+    confirms = [r for r in mine if r.confirm]
+    assert not mine[0].round and not mine[0].confirm and len(rounds_of_it) >= RETIMINGS
+    assert len(confirms) == CONFIRMATIONS == 3 and mine[-CONFIRMATIONS:] == confirms
+    assert not any(r.confirm for r in recs if r.key != best.key)  # the winner's alone
+    assert all(not r.round for r in confirms)  # no round: they rank nobody
+    middle = sorted(confirms, key=index.cost)[1]
+    assert best.costs == middle.costs
+    assert res.best_cost == pytest.approx(middle.mean, rel=1e-9)
     assert res.best_cost == pytest.approx(best.mean, rel=1e-9)
     assert res.best_normalised_cost == pytest.approx(index.cost(best), rel=1e-9)
     # and it won the side-by-side rounds: the lowest raw cost over the rounds its rivals shared

@@ -23,7 +23,7 @@ import tecomp as tc
 import tuning
 from tuning.measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult
 from tuning.records import load_records, middle_timings
-from tuning.remeasure import ROUNDS
+from tuning.remeasure import CONFIRMATIONS, ROUNDS
 from tuning.speed import SpeedIndex
 
 HERE = Path(__file__).resolve().parent
@@ -43,13 +43,14 @@ def test_short_tune_finds_a_correct_schedule(tmp_path: Path, pools: tuple[LocalB
                       runner=runner, search=small, progress=False)[0]
     assert res.trials == 16 and res.new_trials == 16 and np.isfinite(res.best_cost)
     assert len({r.key for r in load_records(log, task)}) == 16
-    # the best candidates were timed again, twice or more; the winner is judged on its
-    # re-timings, their median (its first timing, which selected it, left out: test_honest_best.py)
+    # the best candidates were timed again, twice or more, the winner then confirmed; it is
+    # judged on its confirmations, their median (the timings that selected it left out:
+    # test_honest_best.py)
     rec = tuning.records.best_record(log, task)
     same = sorted((r for r in load_records(log, task) if r.key == rec.key), key=lambda r: r.timestamp)
     index = SpeedIndex.from_records(load_records(log))
-    middle = middle_timings(same[1:], index)
-    assert len(same) >= 3 and rec.costs == tuple(c for r in middle for c in r.costs)
+    middle = middle_timings([r for r in same if r.confirm], index)
+    assert len(same) >= 3 + CONFIRMATIONS and rec.costs == tuple(c for r in middle for c in r.costs)
     assert res.best_cost == pytest.approx(float(np.mean([c for r in middle for c in r.costs])), rel=1e-9)
     s, args = task.apply_best(log)
     best = tc.build(s, args, name="best")
@@ -171,13 +172,16 @@ def test_remeasure_retimes_a_candidate_that_overtakes_the_retimed_best(
                           progress=False, remeasure=4)[0]
     finally:
         runner.close()
-    assert len(runner.retimed) > 4 and len(runner.retimed) <= 4 * ROUNDS
+    assert len(runner.retimed) > 4 and len(runner.retimed) <= 4 * ROUNDS + CONFIRMATIONS
     rec = tuning.records.best_record(log, task)
-    assert rec.key in runner.retimed[4:] and runner.retimed.count(rec.key) >= 2
-    # its selection timing and its re-timings logged; its cost is the median of the re-timings
+    assert rec.key in runner.retimed[4:] and runner.retimed.count(rec.key) >= 2 + CONFIRMATIONS
+    assert runner.retimed[-CONFIRMATIONS:] == [rec.key] * CONFIRMATIONS  # then confirmed alone
+    # its selection timing, its re-timings and its confirmations logged; its cost is the
+    # median of the confirmations
     mine = sorted((r for r in load_records(log, task) if r.key == rec.key), key=lambda r: r.timestamp)
     assert len(mine) == 1 + runner.retimed.count(rec.key)
-    middle = middle_timings(mine[1:], SpeedIndex.from_records(load_records(log)))
+    assert [r.confirm for r in mine] == [False] * (len(mine) - CONFIRMATIONS) + [True] * CONFIRMATIONS
+    middle = middle_timings(mine[-CONFIRMATIONS:], SpeedIndex.from_records(load_records(log)))
     assert rec.costs == tuple(c for r in middle for c in r.costs)
     assert res.best_cost == pytest.approx(rec.mean, rel=1e-9)
 
