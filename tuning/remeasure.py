@@ -104,7 +104,8 @@ def _remeasure_run(tuner: _Tuner, run: _TaskRun, k: int) -> None:
             run.search.add_timing(c.key, cost, c)
         run.rounds.append(times)
         last = top
-    _confirm(tuner, run, [c for c in last if c.key in (rank_rounds(run.rounds)[:1])])
+    winner = rank_rounds(run.rounds)[:1]  # as `tuning.records.ranked` reads it from the log
+    _confirm(tuner, run, [c for c in last if c.key in winner])
     out.best_cost = run.search.best_cost()
     out.wall_s += time.perf_counter() - t_start
 
