@@ -52,15 +52,17 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from .machine import Machine
 from .measure import MeasureErrorNo, MeasureInput, MeasureResult, Timed
 from .speed import LEGACY_PARALLEL, PARALLEL, RECORD_KINDS, SpeedIndex, combined_ref
 from .steps import Step, steps_from_json, steps_key, steps_to_json
 from .task import SearchTask, TuningError
+
+_T = TypeVar("_T")
 
 SCHEMA_VERSION = 2
 # the versions this tecomp reads (see the module docstring for what changed)
@@ -577,10 +579,16 @@ def middle_timings(used: Sequence[Record], index: SpeedIndex) -> list[Record]:
     time order -- the median, which a timing taken in a burst of the machine does not move."""
     if len(used) <= 2:
         return list(used)
-    order = sorted(used, key=lambda r: (index.cost(r), r.timestamp))
-    n = len(order)
-    mid = order[(n - 1) // 2: n // 2 + 1]
+    mid = middle(used, key=lambda r: (index.cost(r), r.timestamp))
     return sorted(mid, key=lambda r: r.timestamp)
+
+
+def middle(items: Sequence[_T], key: Callable[[_T], Any]) -> list[_T]:
+    """The middle one (an odd count) or two (even) of ``items`` ordered by ``key``: the median
+    `middle_timings` and `tune` without a log judge a candidate on."""
+    order = sorted(items, key=key)
+    n = len(order)
+    return order[(n - 1) // 2: n // 2 + 1]
 
 
 def selection_split(records: Sequence[Record]) -> tuple[Record | None, list[Record]]:
@@ -660,7 +668,8 @@ def apply_best(log: str, task: SearchTask | str | None = None) -> tuple[Any, lis
 __all__ = ["MACHINE", "MODEL_QUALITY", "READ_VERSIONS", "TASK", "ModelQuality", "NoValidRecordError", "Record",
            "RecordWriter",
            "SCHEMA_VERSION", "aggregate", "apply_best", "best_record", "iter_records", "load_model_quality",
-           "load_records", "load_tasks", "machine_to_json", "middle_timings", "rank_rounds", "ranked", "record_from_json",
+           "load_records", "load_tasks", "machine_to_json", "middle", "middle_timings", "rank_rounds", "ranked",
+           "record_from_json",
            "record_to_json",
            "selection_split", "side_by_side",
            "summarize",

@@ -104,18 +104,18 @@ def _remeasure_run(tuner: _Tuner, run: _TaskRun, k: int) -> None:
             run.search.add_timing(c.key, cost, c)
         run.rounds.append(times)
         last = top
-    winner = rank_rounds(run.rounds)[:1]  # as `tuning.records.ranked` reads it from the log
-    _confirm(tuner, run, [c for c in last if c.key in winner])
+    first = rank_rounds(run.rounds)[:1]  # as `tuning.records.ranked` reads it from the log
+    _confirm(tuner, run, next((c for c in last if c.key in first), None))
     out.best_cost = run.search.best_cost()
     out.wall_s += time.perf_counter() - t_start
 
 
-def _confirm(tuner: _Tuner, run: _TaskRun, winner: list[Candidate]) -> None:
-    """Time the final re-timing's ``winner`` (a list of none or one) `CONFIRMATIONS` times
+def _confirm(tuner: _Tuner, run: _TaskRun, winner: Candidate | None) -> None:
+    """Time the final re-timing's ``winner`` (None: there is none) `CONFIRMATIONS` times
     more, in batches of its own, marked ``confirm`` in the log: its estimate rests on these
     alone (`tuning.records.aggregate`; `run.confirm` without a log). The rounds that chose it
     made it the fastest of the few timed side by side, the luckiest of them again."""
-    if not winner:
+    if winner is None:
         return
     out = run.result
 
@@ -124,7 +124,7 @@ def _confirm(tuner: _Tuner, run: _TaskRun, winner: list[Candidate]) -> None:
             if tuner.writer is not None and not tuner.stopping:
                 tuner.writer.write(inp, dataclasses.replace(res, confirm=True))
 
-    ins = [MeasureInput.of(run.task, winner[0])]
+    ins = [MeasureInput.of(run.task, winner)]
     for _ in range(CONFIRMATIONS):
         res, tb, tr = tuner._measure(ins, log_confirm, run.builds)
         out.build_s += tb
@@ -132,7 +132,7 @@ def _confirm(tuner: _Tuner, run: _TaskRun, winner: list[Candidate]) -> None:
         if res[0].valid:
             with tuner._lock:
                 norm = tuner._norm(res[0]).mean
-            run.confirm.setdefault(winner[0].key, []).append((res[0].mean, norm))
+            run.confirm.setdefault(winner.key, []).append((res[0].mean, norm))
 
 
 __all__ = ["CONFIRMATIONS", "RETIMINGS", "ROUNDS", "remeasure"]

@@ -29,6 +29,7 @@ how sampling, mutation and crossover all reuse the same code.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -307,10 +308,8 @@ class _Builder:
         """Fresh-sample odds of each vector width in ``options`` for ``op``'s element type:
         one or two of the target's registers `register_vector_prior`, scalar
         `NO_VECTOR_PRIOR` (when vectors are offered), any other width 1.0."""
-        from tecomp.codegen.target import Target
-
         width = bits(compute_dtype(op.output(0).dtype))
-        lanes = max(1, Target.parse(self.state.task.target).vector_bits // width)
+        lanes = max(1, _vector_bits(self.state.task.target) // width)
         return [NO_VECTOR_PRIOR if v == 1 and len(options) > 1
                 else self.register_vector_prior if v in (lanes, 2 * lanes) else 1.0 for v in options]
 
@@ -438,9 +437,7 @@ class _Builder:
         small = small_gemm(ei, ej, ek)
         if not (small or cached):
             return
-        from tecomp.codegen.target import Target
-
-        vbits = Target.parse(self.state.task.target).vector_bits
+        vbits = _vector_bits(self.state.task.target)
         tiles = draw_small_gemm(ei, ej, ek, vbits, self.rng) if small else draw_microkernel(ei, ej, ek, vbits, self.rng)
         if tiles is None:
             return
@@ -750,6 +747,15 @@ class _Builder:
                     if not _vars_in(idx) <= fixed:
                         pinned.discard(a.var)
         return pinned
+
+
+@functools.lru_cache(maxsize=64)
+def _vector_bits(target: str) -> int:
+    """`Target.vector_bits` of a task's target string: asked per stage of every sampled
+    candidate, where parsing the string each time cost 16-35 us."""
+    from tecomp.codegen.target import Target
+
+    return Target.parse(target).vector_bits
 
 
 def _attach_options(state: State, name: str) -> list[tuple[str, int]]:

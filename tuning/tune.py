@@ -69,7 +69,7 @@ from .cost_model import CostModel, RandomModel, RankingQuality, XGBModel, rankin
 from .features import FeatureCache
 from .measure import BuildResult, LocalBuilder, LocalRunner, MeasureInput, MeasureResult, WorkerPool
 from .protocols import Builder, ResultCallback, Runner, check_builder, check_runner
-from .records import Record, RecordWriter, load_records, rank_rounds, ranked
+from .records import Record, RecordWriter, load_records, middle, rank_rounds, ranked
 from .remeasure import remeasure as remeasure_best
 from .scheduler import GradientTaskScheduler, check_weights, floor_rounds
 from .search import EvolutionarySearch, RandomSearch, SearchOptions, estimate
@@ -831,8 +831,7 @@ class _Tuner:
                 if confirmed:
                     # judged on them alone: the middle one (or two) by normalised cost, as
                     # `aggregate` reads a log (`middle_timings`)
-                    by_norm = sorted(confirmed, key=lambda t: t[1])
-                    mid = by_norm[(len(by_norm) - 1) // 2: len(by_norm) // 2 + 1]
+                    mid = middle(confirmed, key=lambda t: t[1])
                     out.best_cost = float(np.mean([raw for raw, _ in mid]))
                     out.best_normalised_cost = float(np.mean([norm for _, norm in mid]))
                     continue
